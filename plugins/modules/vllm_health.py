@@ -1,0 +1,276 @@
+#!/usr/bin/python
+# ruff: noqa: EXE001 - Ansible module convention: shebang, not executable
+# Copyright: aic.stack developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_health
+short_description: Check that a vLLM OpenAI-compatible server is up and serving a model
+version_added: 0.1.0
+description:
+  - Read-only end-to-end health check of a vLLM server (C(vllm serve)).
+  - Waits for C(GET /health) to return HTTP 200, then checks that C(GET /v1/models) lists O(model),
+    that C(POST /v1/completions) with O(prompt) returns a non-empty completion, and that
+    C(GET /metrics) exposes at least one metric family starting with O(metric_prefix).
+  - The checks run in that order; the first one that fails fails the task with a message naming
+    the server URL and what was wrong.
+  - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
+    its checks in check mode too.
+author:
+  - aic.stack developers
+requirements:
+  - prometheus_client (Python library on the managed node, used to parse C(/metrics))
+attributes:
+  check_mode:
+    description: Can run in C(check_mode) and return changed status prediction without modifying target.
+    support: full
+    details:
+      - The module only reads; the checks are performed in check mode as well.
+  diff_mode:
+    description:
+      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
+    support: none
+options:
+  url:
+    description:
+      - Base URL of the vLLM OpenAI-compatible server, without the C(/v1) suffix.
+    type: str
+    required: true
+    aliases: [base_url]
+  model:
+    description:
+      - Served model name (C(--served-model-name), or the model path when not set) that must be
+        listed by C(/v1/models) and is used for the test completion.
+    type: str
+    required: true
+  prompt:
+    description:
+      - Prompt sent to C(/v1/completions).
+    type: str
+    default: The capital of France is
+  max_tokens:
+    description:
+      - C(max_tokens) for the test completion. The completion is requested with C(temperature=0).
+    type: int
+    default: 8
+  wait_timeout:
+    description:
+      - Seconds to wait for C(GET /health) to return HTTP 200, polling every 2 seconds.
+      - vLLM typically needs about a minute to load weights and capture CUDA graphs.
+      - V(0) probes once without waiting.
+    type: int
+    default: 300
+  request_timeout:
+    description:
+      - Timeout in seconds for each individual HTTP request (including the completion).
+    type: int
+    default: 60
+  metric_prefix:
+    description:
+      - Prefix that at least one metric family on C(/metrics) must start with.
+    type: str
+    default: "vllm:"
+notes:
+  - Only the length of the completion text is checked, so tiny models with random weights,
+    which may answer with whitespace or garbage, pass.
+  - Counter family names are compared as normalised by C(prometheus_client), that is without
+    their C(_total) suffix.
+seealso:
+  - module: aic.stack.lmcache_health
+  - module: aic.stack.prometheus_targets
+"""
+
+EXAMPLES = r"""
+- name: Wait for vLLM to load the model and answer a completion
+  aic.stack.vllm_health:
+    url: http://127.0.0.1:8000
+    model: tiny-llama
+
+- name: Check a remote node quickly, with a custom prompt
+  aic.stack.vllm_health:
+    url: "http://{{ inventory_hostname }}:{{ vllm_port }}"
+    model: "{{ vllm_served_model_name }}"
+    prompt: "Hello, my name is"
+    max_tokens: 4
+    wait_timeout: 600
+  register: vllm
+
+- name: Show the completion
+  ansible.builtin.debug:
+    msg: "{{ vllm.model }} answered {{ vllm.completion_text | to_json }} in {{ vllm.elapsed }}s"
+"""
+
+RETURN = r"""
+url:
+  description: The vLLM base URL that was checked.
+  returned: always
+  type: str
+  sample: http://127.0.0.1:8000
+model:
+  description: The model name that was checked.
+  returned: always
+  type: str
+  sample: tiny-llama
+models:
+  description: Model IDs listed by C(/v1/models).
+  returned: when C(/v1/models) could be read
+  type: list
+  elements: str
+  sample: [tiny-llama]
+completion_text:
+  description: Text of the first choice returned by C(/v1/completions).
+  returned: success
+  type: str
+  sample: " Paris, and the capital of"
+metric_families:
+  description: Number of metric families on C(/metrics) whose name starts with O(metric_prefix).
+  returned: success
+  type: int
+  sample: 42
+elapsed:
+  description: Seconds spent by the module, including waiting for C(/health).
+  returned: always
+  type: float
+  sample: 61.3
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.aic.stack.plugins.module_utils.http import (
+    HttpRequestError,
+    excerpt,
+    join_url,
+    request,
+    wait_for_status,
+)
+from ansible_collections.aic.stack.plugins.module_utils.metrics import (
+    HAS_PROMETHEUS_CLIENT,
+    PROMETHEUS_CLIENT_IMPORT_ERROR,
+    MetricsParseError,
+    families_with_prefix,
+    parse,
+)
+
+COMPONENT = "vLLM"
+HEALTH_POLL_INTERVAL = 2.0
+
+
+class CheckFailed(Exception):
+    pass
+
+
+def run_checks(params, result):
+    base = params["url"]
+    model = params["model"]
+    timeout = params["request_timeout"]
+
+    def fail(url, what):
+        raise CheckFailed(f"{COMPONENT} at {url}: {what}")
+
+    # 1. /health, waiting for the server to come up.
+    health_url = join_url(base, "/health")
+    waited = wait_for_status(
+        health_url,
+        expected=200,
+        timeout=params["wait_timeout"],
+        interval=HEALTH_POLL_INTERVAL,
+        request_timeout=timeout,
+    )
+    if not waited.ok:
+        fail(
+            health_url,
+            f"timed out after {params['wait_timeout']}s waiting for GET /health to return 200 "
+            f"({waited.attempts} attempts, last: {waited.last_error})",
+        )
+
+    # 2. /v1/models lists the model.
+    models_url = join_url(base, "/v1/models")
+    try:
+        resp = request(models_url, timeout=timeout)
+    except HttpRequestError as exc:
+        fail(models_url, f"GET /v1/models failed: {exc.reason}")
+    if resp.status != 200:
+        fail(models_url, f"GET /v1/models returned {resp.describe()}")
+    try:
+        data = resp.json().get("data")
+        models = [str(m["id"]) for m in data]
+    except (ValueError, AttributeError, TypeError, KeyError):
+        fail(models_url, f'unexpected /v1/models response (expected {{"data": [{{"id": ...}}]}}): {excerpt(resp.body)}')
+    result["models"] = models
+    if model not in models:
+        fail(base, f"model {model!r} not listed by /v1/models (served: {models!r})")
+
+    # 3. A real completion.
+    completions_url = join_url(base, "/v1/completions")
+    payload = {
+        "model": model,
+        "prompt": params["prompt"],
+        "max_tokens": params["max_tokens"],
+        "temperature": 0,
+    }
+    try:
+        resp = request(completions_url, method="POST", json_data=payload, timeout=timeout)
+    except HttpRequestError as exc:
+        fail(completions_url, f"POST /v1/completions failed: {exc.reason}")
+    if resp.status != 200:
+        fail(completions_url, f"POST /v1/completions returned {resp.describe()}")
+    try:
+        text = resp.json()["choices"][0]["text"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        fail(completions_url, f"unexpected /v1/completions response (no choices[0].text): {excerpt(resp.body)}")
+    if not isinstance(text, str) or len(text) == 0:
+        fail(completions_url, f"empty completion for model {model!r} (choices[0].text={text!r}): {excerpt(resp.body)}")
+    result["completion_text"] = text
+
+    # 4. Prometheus metrics.
+    metrics_url = join_url(base, "/metrics")
+    try:
+        resp = request(metrics_url, timeout=timeout)
+    except HttpRequestError as exc:
+        fail(metrics_url, f"GET /metrics failed: {exc.reason}")
+    if resp.status != 200:
+        fail(metrics_url, f"GET /metrics returned {resp.describe()}")
+    try:
+        families = parse(resp.body)
+    except MetricsParseError as exc:
+        fail(metrics_url, str(exc))
+    matching = families_with_prefix(families, params["metric_prefix"])
+    if not matching:
+        fail(metrics_url, f"no {params['metric_prefix']} metrics (found {len(families)} families)")
+    result["metric_families"] = len(matching)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True, "aliases": ["base_url"]},
+            "model": {"type": "str", "required": True},
+            "prompt": {"type": "str", "default": "The capital of France is"},
+            "max_tokens": {"type": "int", "default": 8},
+            "wait_timeout": {"type": "int", "default": 300},
+            "request_timeout": {"type": "int", "default": 60},
+            "metric_prefix": {"type": "str", "default": "vllm:"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_PROMETHEUS_CLIENT:
+        module.fail_json(msg=missing_required_lib("prometheus_client"), exception=PROMETHEUS_CLIENT_IMPORT_ERROR)
+
+    start = time.monotonic()
+    result = {"changed": False, "url": module.params["url"], "model": module.params["model"]}
+    try:
+        run_checks(module.params, result)
+    except CheckFailed as exc:
+        result["elapsed"] = round(time.monotonic() - start, 3)
+        module.fail_json(msg=str(exc), **result)
+    result["elapsed"] = round(time.monotonic() - start, 3)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Fixtures for unit tests: a real local HTTP server and an in-process module runner.
+
+``ansible_collections.aic.stack`` is made importable by tests/conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+import pytest
+
+
+class RecordedRequest:
+    """One request received by :class:`LocalHTTPServer`."""
+
+    def __init__(self, method, path, query, headers, body):
+        self.method = method
+        self.path = path
+        self.query = query
+        self.headers = headers
+        self.body = body
+
+    def json(self):
+        return json.loads(self.body.decode("utf-8"))
+
+    def __repr__(self):
+        return "<{} {}{}>".format(self.method, self.path, "?" + self.query if self.query else "")
+
+
+class Response:
+    def __init__(self, status=200, body=b"", content_type="text/plain; charset=utf-8", headers=None):
+        self.status = status
+        self.body = body.encode("utf-8") if isinstance(body, str) else body
+        self.content_type = content_type
+        self.headers = headers or {}
+
+
+class LocalHTTPServer:
+    """A ``ThreadingHTTPServer`` on 127.0.0.1 with routes configurable per test.
+
+    A route maps ``(method, path)`` to either a :class:`Response`, a list of them (served in
+    order, the last one repeating) or a callable ``f(RecordedRequest)`` returning a
+    :class:`Response` or a ``(status, body, content_type)`` tuple.
+    Unknown paths get a 404 like most real servers. Every request is recorded in ``requests``.
+    """
+
+    def __init__(self):
+        self.routes = {}
+        self.requests = []
+        self._lock = threading.Lock()
+        self._httpd = None
+        self._thread = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self):
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            server_version = "LocalTestServer/1.0"
+
+            def _handle(self):
+                split = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                req = RecordedRequest(self.command, split.path, split.query, dict(self.headers.items()), body)
+                resp = outer._dispatch(req)
+                self.send_response(resp.status)
+                self.send_header("Content-Type", resp.content_type)
+                self.send_header("Content-Length", str(len(resp.body)))
+                for key, value in resp.headers.items():
+                    self.send_header(key, value)
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(resp.body)
+
+            do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _handle
+
+            def log_message(self, format, *args):
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._thread.join(timeout=5)
+            self._httpd = None
+
+    @property
+    def port(self):
+        return self._httpd.server_address[1]
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.port}"
+
+    # -- routes ----------------------------------------------------------------------------
+    def route(self, path, status=200, body="", content_type="text/plain; charset=utf-8", method="GET"):
+        self.routes[(method, path)] = Response(status, body, content_type)
+
+    def json_route(self, path, obj, status=200, method="GET"):
+        self.routes[(method, path)] = Response(status, json.dumps(obj), "application/json")
+
+    def sequence_route(self, path, responses, method="GET"):
+        """Serve ``responses`` ((status, body) tuples or Response objects) in order; the last repeats."""
+        self.routes[(method, path)] = [r if isinstance(r, Response) else Response(*r) for r in responses]
+
+    def handler_route(self, path, func, method="GET"):
+        self.routes[(method, path)] = func
+
+    def remove_route(self, path, method="GET"):
+        self.routes.pop((method, path), None)
+
+    def calls(self, path, method=None):
+        with self._lock:
+            return [r for r in self.requests if r.path == path and (method is None or r.method == method)]
+
+    @property
+    def paths(self):
+        with self._lock:
+            return [r.path for r in self.requests]
+
+    def _dispatch(self, req):
+        with self._lock:
+            self.requests.append(req)
+            route = self.routes.get((req.method, req.path))
+            if isinstance(route, list):
+                route = route.pop(0) if len(route) > 1 else route[0]
+        if route is None:
+            return Response(404, '{"detail":"Not Found"}', "application/json")
+        if callable(route):
+            resp = route(req)
+            return resp if isinstance(resp, Response) else Response(*resp)
+        return route
+
+
+@pytest.fixture
+def http_server():
+    """A started :class:`LocalHTTPServer`, stopped after the test."""
+    server = LocalHTTPServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def http_server_factory():
+    """Start extra :class:`LocalHTTPServer` instances that live for the whole test module."""
+    servers = []
+
+    def _start():
+        servers.append(LocalHTTPServer().start())
+        return servers[-1]
+
+    try:
+        yield _start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _refusing_socket():
+    # Bound but never listening: connections are refused and nobody else can take the port.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    return sock
+
+
+@pytest.fixture
+def closed_port():
+    """A loopback port that refuses connections."""
+    sock = _refusing_socket()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def module_closed_port():
+    """Like ``closed_port`` but shared by a whole test module."""
+    sock = _refusing_socket()
+    try:
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+class ModuleResult(dict):
+    """The JSON a module printed, plus ``rc`` (its exit status)."""
+
+    @property
+    def failed(self):
+        return bool(self.get("failed"))
+
+
+@pytest.fixture
+def run_module(capsys):
+    """Run ``module.main()`` in-process with the given args; return a :class:`ModuleResult`."""
+    from ansible.module_utils.testing import patch_module_args
+
+    def _run(module, args, check_mode=False):
+        args = dict(args)
+        if check_mode:
+            args["_ansible_check_mode"] = True
+        capsys.readouterr()  # discard anything printed before
+        with patch_module_args(args), pytest.raises(SystemExit) as excinfo:
+            module.main()
+        out = capsys.readouterr().out
+        try:
+            result = ModuleResult(json.loads(out))
+        except ValueError:
+            pytest.fail(f"module did not print JSON: {out!r}")
+        result.rc = excinfo.value.code
+        return result
+
+    return _run
