@@ -1,0 +1,46 @@
+# Thin front for aic.stack. Every target is one call of ansible-playbook, pytest or a script.
+SHELL := /bin/bash
+VENV ?= .venv
+INVENTORY ?= inventories/local
+BIN := $(VENV)/bin
+PLAYBOOK := $(BIN)/ansible-playbook -i $(INVENTORY)
+
+.PHONY: setup deploy down test lint unit integration molecule
+.DEFAULT_GOAL := deploy
+
+## setup: create the venv with the pinned requirements and link the repo as the collection aic.stack
+setup: $(VENV)/.installed .collections/ansible_collections/aic/stack
+
+$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt scripts/setup-venv.sh
+	scripts/setup-venv.sh $(VENV)
+
+.collections/ansible_collections/aic/stack:
+	mkdir -p .collections/ansible_collections/aic
+	ln -sfn ../../.. .collections/ansible_collections/aic/stack
+
+## deploy: install what is missing (Docker engine, debootstrap, zstd), build the images, run and check the stack
+deploy: setup
+	$(PLAYBOOK) deploy.yml
+
+## down: remove the stack's containers and network (images and data volumes are kept)
+down: setup
+	$(PLAYBOOK) playbooks/teardown.yml
+
+## test: everything CI runs (lint, unit, integration on the real local stack, molecule)
+test: setup
+	scripts/run-tests.sh
+
+## lint: ansible-lint (production profile) and ruff
+lint: setup
+	$(BIN)/ansible-lint
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check plugins tests
+
+unit: setup
+	$(BIN)/pytest -q tests/unit
+
+integration: setup
+	$(BIN)/pytest -q -m integration tests/integration
+
+molecule: setup
+	molecule/run.sh

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Create the controller venv with the pinned requirements. Installs python3-venv from the distribution when the
+# interpreter cannot create a venv (Debian/Ubuntu ship it separately).
+set -euo pipefail
+VENV=${1:-.venv}
+PYTHON=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
+
+if ! "$PYTHON" -c 'import venv, ensurepip' 2>/dev/null; then
+  echo "setup: installing python3-venv" >&2
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-test.txt -c constraints.txt
+touch "$VENV/.installed"

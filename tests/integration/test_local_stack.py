@@ -1,0 +1,119 @@
+"""The real local stack: deploy it, redeploy with no change, and prove KV blocks come back from LMCache.
+
+These tests build images and start real containers (Docker engine, vLLM on CPU, LMCache, Prometheus).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import docker
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import changed_tasks, failures, run_playbook
+
+pytestmark = pytest.mark.integration
+
+VLLM = "http://127.0.0.1:8000"
+LMCACHE = "http://127.0.0.1:8080"
+PROMETHEUS = "http://127.0.0.1:9090"
+MODEL = "tiny-llama"
+SERVICES = ("aic-vllm", "aic-lmcache", "aic-prometheus")
+
+
+def metric(text, name, **labels):
+    """Sum of samples called ``name`` (full sample name) whose labels include ``labels``."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def wait_healthy(url, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url, timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(2)
+    raise AssertionError(f"{url} not healthy within {timeout} s")
+
+
+def started_at():
+    client = docker.from_env()
+    return {name: client.containers.get(name).attrs["State"]["StartedAt"] for name in SERVICES}
+
+
+@pytest.fixture(scope="module")
+def deployed(session_tmp):
+    runner = run_playbook("deploy.yml", session_tmp)
+    assert runner.status == "successful", failures(runner)
+    return runner
+
+
+def test_first_deploy_ends_healthy(deployed):
+    # The deploy ends with the health role; its checks are in the event stream.
+    tasks = {e["event_data"].get("task") for e in deployed.events if e.get("event") == "runner_on_ok"}
+    assert "Check vLLM (health, model, a completion, vllm metrics)" in tasks
+    assert "Check that Prometheus scrapes every expected job" in tasks
+
+
+def test_second_deploy_changes_and_restarts_nothing(deployed, session_tmp):
+    before = started_at()
+    runner = run_playbook("deploy.yml", session_tmp)
+    assert runner.status == "successful", failures(runner)
+    assert changed_tasks(runner) == []
+    assert all(count == 0 for count in runner.stats["changed"].values()), runner.stats
+    assert started_at() == before, "a container was restarted by a no-op deploy"
+
+
+def test_completion_url_returns_text(deployed):
+    response = requests.post(
+        f"{VLLM}/v1/completions",
+        json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0},
+        timeout=60,
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["choices"][0]["text"]
+
+
+def test_prometheus_scrapes_vllm_and_lmcache(deployed):
+    targets = requests.get(f"{PROMETHEUS}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+    health = {t["labels"]["job"]: t["health"] for t in targets}
+    assert health.get("vllm") == "up", targets
+    assert health.get("lmcache") == "up", targets
+
+
+def test_lmcache_serves_its_metrics_on_the_scraped_port(deployed):
+    text = requests.get(f"{LMCACHE}/metrics", timeout=10).text
+    assert any(f.name.startswith("lmcache_mp_") for f in text_string_to_metric_families(text))
+
+
+def test_kv_comes_back_from_lmcache_after_restarting_only_vllm(deployed):
+    rng = random.Random(time.time_ns())
+    words = ["alpha", "bravo", "zulu", "kilo", "x9", "q7", "fox", "dog", "KV", "cache"]
+    # ~190 tokens with this tokenizer: more than one 128-token chunk, inside the 256-token context.
+    prompt = " ".join(rng.choice(words) for _ in range(64))
+    body = {"model": MODEL, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    first = requests.post(f"{VLLM}/v1/completions", json=body, timeout=60)
+    assert first.status_code == 200, first.text
+    assert first.json()["usage"]["prompt_tokens"] >= 128
+
+    client = docker.from_env()
+    lmcache_started = client.containers.get("aic-lmcache").attrs["State"]["StartedAt"]
+    client.containers.get("aic-vllm").restart(timeout=30)
+    wait_healthy(f"{VLLM}/health")
+    assert client.containers.get("aic-lmcache").attrs["State"]["StartedAt"] == lmcache_started
+
+    before = metric(requests.get(f"{VLLM}/metrics", timeout=10).text, "vllm:external_prefix_cache_hits_total")
+    second = requests.post(f"{VLLM}/v1/completions", json=body, timeout=60)
+    assert second.status_code == 200, second.text
+    after = metric(requests.get(f"{VLLM}/metrics", timeout=10).text, "vllm:external_prefix_cache_hits_total")
+    assert after - before > 0, f"no external prefix-cache hits after restarting vLLM ({before} -> {after})"
