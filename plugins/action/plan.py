@@ -10,7 +10,7 @@ from ansible.plugins.action import ActionBase
 from ansible_collections.aic.stack.plugins.module_utils.plan import DEFAULTS, PlanError, build_plan
 
 # Variables owned by roles that do not feed the plan (host preparation); not reported as unknown.
-NON_PLAN_PREFIXES = ("aic_docker_host_", "aic_plan")
+NON_PLAN_PREFIXES = ("aic_plan",)
 
 
 class ActionModule(ActionBase):
