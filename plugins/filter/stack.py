@@ -37,8 +37,11 @@ def prometheus_config(jobs, scrape_interval="5s", scrape_timeout=None, labels=No
     return {
         "global": global_cfg,
         "scrape_configs": [
-            {"job_name": job["job"], "metrics_path": job.get("metrics_path", "/metrics"),
-             "static_configs": [{"targets": list(job["targets"])}]}
+            {
+                "job_name": job["job"],
+                "metrics_path": job.get("metrics_path", "/metrics"),
+                "static_configs": [{"targets": list(job["targets"])}],
+            }
             for job in jobs
         ],
     }

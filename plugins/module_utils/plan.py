@@ -160,8 +160,13 @@ def validate(values):
             f"aic_lmcache_eviction_policy: {values['aic_lmcache_eviction_policy']!r} is not one of "
             f"{', '.join(EVICTION_POLICIES)}"
         )
-    for name in ("aic_stack_name", "aic_image_name", "aic_base_image_name", "aic_prometheus_image_name",
-                 "aic_base_image_suite"):
+    for name in (
+        "aic_stack_name",
+        "aic_image_name",
+        "aic_base_image_name",
+        "aic_prometheus_image_name",
+        "aic_base_image_suite",
+    ):
         _as_name(name, values[name])
     for name in ("aic_vllm_model", "aic_vllm_model_name"):
         if not values[name] or re.search(r"\s", values[name]):
@@ -230,6 +235,8 @@ def build_plan(inputs):
         "flavour": v["aic_flavour"],
         "stack_name": stack,
         "bind_address": bind,
+        # Address part of docker's published_ports ("[::1]" for IPv6).
+        "publish_address": host,
         "network": names["network"],
         "containers": {k: names[k] for k in ("vllm", "lmcache", "prometheus")},
         "ports": ports,
@@ -241,11 +248,17 @@ def build_plan(inputs):
             "prometheus_dir": posixpath.join(work, "prometheus"),
         },
         "images": {
-            "base": {"name": v["aic_base_image_name"], "suite": v["aic_base_image_suite"],
-                     "mirror": v["aic_debian_mirror"], "extra_ca_certs": v["aic_extra_ca_certs"]},
-            "stack": {"name": f"{v['aic_image_name']}-{v['aic_flavour']}",
-                      "pip_packages": v["aic_pip_packages"],
-                      "pip_nodeps_packages": v["aic_pip_nodeps_packages"]},
+            "base": {
+                "name": v["aic_base_image_name"],
+                "suite": v["aic_base_image_suite"],
+                "mirror": v["aic_debian_mirror"],
+                "extra_ca_certs": v["aic_extra_ca_certs"],
+            },
+            "stack": {
+                "name": f"{v['aic_image_name']}-{v['aic_flavour']}",
+                "pip_packages": v["aic_pip_packages"],
+                "pip_nodeps_packages": v["aic_pip_nodeps_packages"],
+            },
             "prometheus": {"name": v["aic_prometheus_image_name"]},
         },
         "vllm": {

@@ -18,9 +18,18 @@ INVENTORY = os.path.join(REPO, "inventories", "local")
 
 PLAN_ACTIONS = {"aic.stack.plan"}
 ARGSPEC_ACTIONS = {"ansible.builtin.validate_argument_spec", "validate_argument_spec"}
-TASK_EVENTS = {"runner_on_ok", "runner_on_failed", "runner_on_skipped", "runner_on_unreachable",
-               "runner_on_start", "runner_item_on_ok", "runner_item_on_failed", "runner_on_async_ok",
-               "runner_on_async_failed", "playbook_on_task_start"}
+TASK_EVENTS = {
+    "runner_on_ok",
+    "runner_on_failed",
+    "runner_on_skipped",
+    "runner_on_unreachable",
+    "runner_on_start",
+    "runner_item_on_ok",
+    "runner_item_on_failed",
+    "runner_on_async_ok",
+    "runner_on_async_failed",
+    "playbook_on_task_start",
+}
 
 
 def run_playbook(private_data_dir, playbook, extravars):
@@ -65,7 +74,9 @@ def assert_only_preflight_ran(runner, events, extra_actions=()):
     outside = [e for e in tasks if e["event_data"].get("role") != "preflight"]
     assert not outside, "tasks outside role 'preflight' ran:\n" + describe(events)
     actions = {e["event_data"].get("task_action") for e in tasks}
-    assert actions <= PLAN_ACTIONS | ARGSPEC_ACTIONS | set(extra_actions), "unexpected task actions:\n" + describe(events)
+    assert actions <= PLAN_ACTIONS | ARGSPEC_ACTIONS | set(extra_actions), "unexpected task actions:\n" + describe(
+        events
+    )
     plays = [e["event_data"].get("play") for e in events if e["event"] == "playbook_on_play_start"]
     assert plays == ["Validate every input before any host is touched"], plays
 
@@ -82,8 +93,12 @@ def the_failure(runner, events):
 BAD_INPUTS = [
     pytest.param({"aic_flavour": "gpu"}, "aic_flavour", ARGSPEC_ACTIONS | PLAN_ACTIONS, id="unknown-flavour"),
     pytest.param({"aic_vllm_port": "80x"}, "aic_vllm_port", PLAN_ACTIONS, id="non-integer-port"),
-    pytest.param({"aic_lmcache_http_port": 9191, "aic_prometheus_port": 9191},
-                 ("aic_lmcache_http_port", "aic_prometheus_port"), PLAN_ACTIONS, id="duplicate-port"),
+    pytest.param(
+        {"aic_lmcache_http_port": 9191, "aic_prometheus_port": 9191},
+        ("aic_lmcache_http_port", "aic_prometheus_port"),
+        PLAN_ACTIONS,
+        id="duplicate-port",
+    ),
     pytest.param({"aic_flavour": "rocm", "aic_vllm_model": ""}, "aic_vllm_model", PLAN_ACTIONS, id="rocm-no-model"),
 ]
 
@@ -101,7 +116,8 @@ def test_preflight_rejects_bad_input(tmp_path, extravars, variables, failing_act
     # The plan was never published.
     assert not any(
         "aic_plan" in (e["event_data"].get("res") or {}).get("ansible_facts", {})
-        for e in events if e["event"] == "runner_on_ok"
+        for e in events
+        if e["event"] == "runner_on_ok"
     )
 
 

