@@ -5,7 +5,7 @@ INVENTORY ?= inventories/local
 BIN := $(VENV)/bin
 PLAYBOOK := $(BIN)/ansible-playbook -i $(INVENTORY)
 
-.PHONY: setup deploy down test lint unit integration molecule
+.PHONY: setup build deploy down test lint unit integration molecule
 .DEFAULT_GOAL := deploy
 
 ## setup: create the venv with the pinned requirements and link the repo as the collection aic.stack
@@ -21,6 +21,10 @@ $(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt scrip
 ## deploy: install what is missing (Docker engine, debootstrap, zstd), build the images, run and check the stack
 deploy: setup
 	$(PLAYBOOK) deploy.yml
+
+## build: build the images only (base + stack) and save the stack image as tarball + sha256 + manifest
+build: setup
+	$(PLAYBOOK) playbooks/build.yml
 
 ## down: remove the stack's containers and network (images and data volumes are kept)
 down: setup

