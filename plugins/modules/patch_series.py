@@ -80,7 +80,7 @@ seealso:
 EXAMPLES = r"""
 - name: Check that the vLLM patches still apply to the pinned wheel
   aic.stack.patch_series:
-    source: "{{ aic_plan.paths.work_dir }}/sources/vllm-0.26.0/src"
+    source: "{{ aic_plan.paths.work_dir }}/sources/vllm-0.26.0/unpacked-vllm"
     patches: "{{ role_path }}/../../patches/vllm/v0.26.0"
   delegate_to: localhost
   run_once: true

@@ -102,6 +102,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "build_dir": "/var/lib/aic/build",
         "wheelhouse_dir": "/var/lib/aic/wheelhouse",
         "prometheus_dir": "/var/lib/aic/prometheus",
+        "artifact_dir": "/var/lib/aic/artifacts",
     }
     assert plan["images"]["base"] == {
         "name": "aic-base",
