@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import l2_adapters, server_args
+
 
 def content_tag(value, length=12):
     """A stable short tag for any JSON-serialisable build input: same inputs, same tag."""
@@ -47,10 +49,22 @@ def prometheus_config(jobs, scrape_interval="5s", scrape_timeout=None, labels=No
     }
 
 
+def lmcache_server_args(plan):
+    """``lmcache server`` argv for an aic_plan (L2 adapter JSON per backend, prefetch cap, workers)."""
+    return server_args(plan["lmcache"], plan["ports"])
+
+
+def lmcache_l2_adapters(plan):
+    """The L2 adapter specs (list of dicts) an aic_plan configures; empty for DRAM-only."""
+    return l2_adapters(plan["lmcache"])
+
+
 class FilterModule:
     def filters(self):
         return {
             "content_tag": content_tag,
             "kv_transfer_config": kv_transfer_config,
             "prometheus_config": prometheus_config,
+            "lmcache_server_args": lmcache_server_args,
+            "lmcache_l2_adapters": lmcache_l2_adapters,
         }

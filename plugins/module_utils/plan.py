@@ -14,8 +14,10 @@ import ipaddress
 import posixpath
 import re
 
+from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import L2_BACKENDS, kv_chunk_bytes, slot_size_for
+
 FLAVOURS = ("cpu", "rocm")
-EVICTION_POLICIES = ("LRU", "FIFO", "LFU", "MRU")
+EVICTION_POLICIES = ("LRU", "ARC", "IsolatedLRU", "noop")
 
 # Every user-facing input and its default. meta/argument_specs.yml of the preflight role mirrors this table
 # (a unit test keeps the two in step).
@@ -55,6 +57,25 @@ DEFAULTS = {
     "aic_lmcache_chunk_size": 128,
     "aic_lmcache_eviction_policy": "LRU",
     "aic_lmcache_shm_size_gb": 2,
+    "aic_lmcache_max_gpu_workers": 1,
+    "aic_lmcache_worker_reap_timeout": 3600,
+    "aic_lmcache_l2_backend": "none",
+    "aic_lmcache_l2_prefetch_max_in_flight": 4,
+    "aic_lmcache_posix_slot_size": 16777216,
+    "aic_lmcache_posix_pool": 32768,
+    "aic_lmcache_nvme_slot_size": 268435456,
+    "aic_lmcache_nvme_pool": 4096,
+    "aic_lmcache_nfs_pool": 1024,
+    "aic_lmcache_direct_io": True,
+    "aic_lmcache_separate_object_groups": True,
+    "aic_lmcache_nvme_dir": "",
+    "aic_lmcache_nfs_dir": "",
+    "aic_lmcache_slab_dir": "",
+    "aic_nixl_telemetry_port": 19090,
+    "aic_model_num_layers": 2,
+    "aic_model_num_kv_heads": 2,
+    "aic_model_head_dim": 32,
+    "aic_model_kv_dtype_bytes": 4,
     "aic_prometheus_port": 9090,
     "aic_prometheus_scrape_interval": "5s",
     "aic_prometheus_image_name": "aic-prometheus",
@@ -68,12 +89,39 @@ INT_FIELDS = {
     "aic_prometheus_port": (1, 65535),
     "aic_vllm_max_model_len": (16, 10_000_000),
     "aic_vllm_cpu_kvcache_space_gb": (1, 4096),
-    "aic_lmcache_l1_size_gb": (1, 65536),
     "aic_lmcache_chunk_size": (16, 65536),
+    "aic_lmcache_max_gpu_workers": (1, 1024),
+    "aic_lmcache_worker_reap_timeout": (1, 10_000_000),
+    "aic_lmcache_l2_prefetch_max_in_flight": (1, 4096),
+    "aic_lmcache_posix_slot_size": (4096, 1 << 40),
+    "aic_lmcache_posix_pool": (1, 10_000_000),
+    "aic_lmcache_nvme_slot_size": (4096, 1 << 40),
+    "aic_lmcache_nvme_pool": (1, 10_000_000),
+    "aic_lmcache_nfs_pool": (1, 10_000_000),
+    "aic_nixl_telemetry_port": (1, 65535),
+    "aic_model_num_layers": (1, 100_000),
+    "aic_model_num_kv_heads": (1, 100_000),
+    "aic_model_head_dim": (1, 100_000),
+    "aic_model_kv_dtype_bytes": (1, 16),
     "aic_lmcache_shm_size_gb": (1, 65536),
 }
-LIST_FIELDS = ("aic_rocm_arches", "aic_extra_ca_certs", "aic_pip_packages", "aic_pip_nodeps_packages", "aic_vllm_extra_args")
-PORT_FIELDS = ("aic_vllm_port", "aic_lmcache_port", "aic_lmcache_http_port", "aic_prometheus_port")
+LIST_FIELDS = (
+    "aic_rocm_arches",
+    "aic_extra_ca_certs",
+    "aic_pip_packages",
+    "aic_pip_nodeps_packages",
+    "aic_vllm_extra_args",
+)
+PORT_FIELDS = (
+    "aic_vllm_port",
+    "aic_lmcache_port",
+    "aic_lmcache_http_port",
+    "aic_prometheus_port",
+    "aic_nixl_telemetry_port",
+)
+BOOL_FIELDS = ("aic_lmcache_direct_io", "aic_lmcache_separate_object_groups")
+FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0)}
+PATH_FIELDS = ("aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
 # Prometheus's own port inside its container; the published host port is aic_prometheus_port.
@@ -96,6 +144,11 @@ FLAVOUR_DEFAULTS = {
         "aic_vllm_model": None,
         "aic_vllm_model_name": None,  # defaults to aic_vllm_model
         "aic_vllm_dtype": "auto",
+        # openai/gpt-oss-120b with an fp8 KV cache (the SPUR default model).
+        "aic_model_num_layers": 36,
+        "aic_model_num_kv_heads": 8,
+        "aic_model_head_dim": 64,
+        "aic_model_kv_dtype_bytes": 1,
     },
 }
 
@@ -120,6 +173,30 @@ def _as_int(name, value):
     low, high = INT_FIELDS[name]
     if not low <= result <= high:
         raise PlanError(f"{name}: {result} is outside {low}..{high}")
+    return result
+
+
+def _as_bool(name, value):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "1", "on"):
+        return True
+    if text in ("false", "no", "0", "off"):
+        return False
+    raise PlanError(f"{name}: expected a boolean (true/false), got {value!r}")
+
+
+def _as_float(name, value):
+    if isinstance(value, bool):
+        raise PlanError(f"{name}: expected a number, got boolean {value!r}")
+    try:
+        result = float(value)
+    except (TypeError, ValueError):
+        raise PlanError(f"{name}: expected a number, got {value!r}")
+    low, high = FLOAT_FIELDS[name]
+    if not low <= result <= high:
+        raise PlanError(f"{name}: {result:g} is outside {low:g}..{high:g}")
     return result
 
 
@@ -156,6 +233,10 @@ def normalize(inputs):
             raise PlanError(f"{name}: must be set for flavour {flavour!r} (it has no built-in default)")
         if name in INT_FIELDS:
             value = _as_int(name, value)
+        elif name in BOOL_FIELDS:
+            value = _as_bool(name, value)
+        elif name in FLOAT_FIELDS:
+            value = _as_float(name, value)
         elif name in LIST_FIELDS:
             value = _as_list(name, value)
         else:
@@ -205,6 +286,41 @@ def validate(values):
         if port in seen:
             raise PlanError(f"{name}: port {port} is already used by {seen[port]}")
         seen[port] = name
+    if values["aic_lmcache_l2_backend"] not in L2_BACKENDS:
+        raise PlanError(
+            f"aic_lmcache_l2_backend: unknown backend {values['aic_lmcache_l2_backend']!r} "
+            f"(choose one of {', '.join(L2_BACKENDS)})"
+        )
+    for name in PATH_FIELDS:
+        if values[name] and not posixpath.isabs(values[name]):
+            raise PlanError(f"{name}: {values[name]!r} must be an absolute path")
+    l1_bytes = round(values["aic_lmcache_l1_size_gb"] * (1 << 30))
+    if l1_bytes % 4096:
+        raise PlanError(
+            f"aic_lmcache_l1_size_gb: {values['aic_lmcache_l1_size_gb']:g} GiB is not a multiple of 4 KiB "
+            "(NIXL fails startup with NIXL_ERR_NOT_FOUND)"
+        )
+    chunk = kv_chunk_bytes(
+        values["aic_lmcache_chunk_size"],
+        values["aic_model_num_layers"],
+        values["aic_model_num_kv_heads"],
+        values["aic_model_head_dim"],
+        values["aic_model_kv_dtype_bytes"],
+    )
+    slot = slot_size_for(
+        values["aic_lmcache_l2_backend"],
+        {
+            "posix_slot_size": values["aic_lmcache_posix_slot_size"],
+            "nvme_slot_size": values["aic_lmcache_nvme_slot_size"],
+        },
+    )
+    if slot and slot[1] < chunk:
+        raise PlanError(
+            f"{slot[0]}: {slot[1]} bytes is smaller than one KV chunk of {chunk} bytes "
+            f"({values['aic_lmcache_chunk_size']} tokens x {values['aic_model_num_kv_heads']} KV heads x "
+            f"{values['aic_model_head_dim']} head dim x 2 x {values['aic_model_num_layers']} layers x "
+            f"{values['aic_model_kv_dtype_bytes']} bytes): every chunk would be silently truncated and L2 would never hit"
+        )
     if values["aic_lmcache_shm_size_gb"] < values["aic_lmcache_l1_size_gb"]:
         raise PlanError(
             "aic_lmcache_shm_size_gb: must be at least aic_lmcache_l1_size_gb "
@@ -237,6 +353,7 @@ def build_plan(inputs):
         "lmcache": v["aic_lmcache_port"],
         "lmcache_http": v["aic_lmcache_http_port"],
         "prometheus": v["aic_prometheus_port"],
+        "nixl_telemetry": v["aic_nixl_telemetry_port"],
     }
     host = f"[{bind}]" if ":" in bind else bind
     endpoints = {
@@ -259,6 +376,9 @@ def build_plan(inputs):
             "build_dir": posixpath.join(work, "build"),
             "wheelhouse_dir": posixpath.join(work, "wheelhouse"),
             "prometheus_dir": posixpath.join(work, "prometheus"),
+            "nvme_dir": v["aic_lmcache_nvme_dir"] or posixpath.join(work, "slab", "nvme"),
+            "nfs_dir": v["aic_lmcache_nfs_dir"] or posixpath.join(work, "slab", "nfs"),
+            "slab_dir": v["aic_lmcache_slab_dir"] or posixpath.join(work, "slab", "gds"),
             "artifact_dir": posixpath.join(work, "artifacts"),
         },
         "images": {
@@ -303,6 +423,25 @@ def build_plan(inputs):
             "eviction_policy": v["aic_lmcache_eviction_policy"],
             "shm_size_gb": v["aic_lmcache_shm_size_gb"],
             "shm_name": f"{stack}-lmcache-l1",
+            "max_gpu_workers": v["aic_lmcache_max_gpu_workers"],
+            "worker_reap_timeout": v["aic_lmcache_worker_reap_timeout"],
+            "l2_backend": v["aic_lmcache_l2_backend"],
+            "l2_prefetch_max_in_flight": v["aic_lmcache_l2_prefetch_max_in_flight"],
+            "posix_slot_size": v["aic_lmcache_posix_slot_size"],
+            "posix_pool": v["aic_lmcache_posix_pool"],
+            "nvme_slot_size": v["aic_lmcache_nvme_slot_size"],
+            "nvme_pool": v["aic_lmcache_nvme_pool"],
+            "nfs_pool": v["aic_lmcache_nfs_pool"],
+            "direct_io": v["aic_lmcache_direct_io"],
+            "separate_object_groups": v["aic_lmcache_separate_object_groups"],
+            "nixl_telemetry_port": v["aic_nixl_telemetry_port"],
+            "chunk_bytes": kv_chunk_bytes(
+                v["aic_lmcache_chunk_size"],
+                v["aic_model_num_layers"],
+                v["aic_model_num_kv_heads"],
+                v["aic_model_head_dim"],
+                v["aic_model_kv_dtype_bytes"],
+            ),
         },
         "prometheus": {
             "scrape_interval": v["aic_prometheus_scrape_interval"],

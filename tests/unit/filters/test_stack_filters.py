@@ -17,6 +17,8 @@ from ansible_collections.aic.stack.plugins.filter.stack import (
     FilterModule,
     content_tag,
     kv_transfer_config,
+    lmcache_l2_adapters,
+    lmcache_server_args,
     prometheus_config,
 )
 from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
@@ -37,6 +39,8 @@ def test_filter_module_exposes_the_filters():
         "content_tag": content_tag,
         "kv_transfer_config": kv_transfer_config,
         "prometheus_config": prometheus_config,
+        "lmcache_server_args": lmcache_server_args,
+        "lmcache_l2_adapters": lmcache_l2_adapters,
     }
 
 

@@ -10,8 +10,10 @@ import pytest
 import yaml
 
 from ansible_collections.aic.stack.plugins.module_utils.plan import (
+    BOOL_FIELDS,
     DEFAULTS,
     FLAVOURS,
+    FLOAT_FIELDS,
     INT_FIELDS,
     LIST_FIELDS,
     PORT_FIELDS,
@@ -38,6 +40,25 @@ NON_DEFAULTS = {
     "aic_rocm_sdk_index_url": "https://sdk.example/whl/",
     "aic_torch_version": "2.13.0+rocm7.2",
     "aic_build_jobs": 32,
+    "aic_lmcache_max_gpu_workers": 4,
+    "aic_lmcache_worker_reap_timeout": 600,
+    "aic_lmcache_l2_backend": "nixl_posix",
+    "aic_lmcache_l2_prefetch_max_in_flight": 32,
+    "aic_lmcache_posix_slot_size": 33554432,
+    "aic_lmcache_posix_pool": 1024,
+    "aic_lmcache_nvme_slot_size": 134217728,
+    "aic_lmcache_nvme_pool": 512,
+    "aic_lmcache_nfs_pool": 256,
+    "aic_lmcache_direct_io": False,
+    "aic_lmcache_separate_object_groups": False,
+    "aic_lmcache_nvme_dir": "/mnt/nvme/aic",
+    "aic_lmcache_nfs_dir": "/shared/aic",
+    "aic_lmcache_slab_dir": "/mnt/nvme/slab",
+    "aic_nixl_telemetry_port": 19191,
+    "aic_model_num_layers": 24,
+    "aic_model_num_kv_heads": 4,
+    "aic_model_head_dim": 128,
+    "aic_model_kv_dtype_bytes": 2,
     "aic_stack_name": "lab",
     "aic_bind_address": "0.0.0.0",
     "aic_work_dir": "/srv/aic",
@@ -59,7 +80,7 @@ NON_DEFAULTS = {
     "aic_lmcache_http_port": 18080,
     "aic_lmcache_l1_size_gb": 8,
     "aic_lmcache_chunk_size": 256,
-    "aic_lmcache_eviction_policy": "LFU",
+    "aic_lmcache_eviction_policy": "ARC",
     "aic_lmcache_shm_size_gb": 16,
     "aic_prometheus_port": 19090,
     "aic_prometheus_scrape_interval": "15s",
@@ -102,7 +123,13 @@ def test_build_plan_empty_input_gives_documented_defaults():
     assert plan["bind_address"] == "127.0.0.1"
     assert plan["network"] == "aic"
     assert plan["containers"] == {"vllm": "aic-vllm", "lmcache": "aic-lmcache", "prometheus": "aic-prometheus"}
-    assert plan["ports"] == {"vllm": 8000, "lmcache": 5555, "lmcache_http": 8080, "prometheus": 9090}
+    assert plan["ports"] == {
+        "vllm": 8000,
+        "lmcache": 5555,
+        "lmcache_http": 8080,
+        "prometheus": 9090,
+        "nixl_telemetry": 19090,
+    }
     assert plan["endpoints"] == {
         "vllm": "http://127.0.0.1:8000",
         "lmcache": "http://127.0.0.1:8080",
@@ -114,6 +141,9 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "wheelhouse_dir": "/var/lib/aic/wheelhouse",
         "prometheus_dir": "/var/lib/aic/prometheus",
         "artifact_dir": "/var/lib/aic/artifacts",
+        "nvme_dir": "/var/lib/aic/slab/nvme",
+        "nfs_dir": "/var/lib/aic/slab/nfs",
+        "slab_dir": "/var/lib/aic/slab/gds",
     }
     assert plan["images"]["base"] == {
         "name": "aic-base",
@@ -139,6 +169,20 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "eviction_policy": "LRU",
         "shm_size_gb": 2,
         "shm_name": "aic-lmcache-l1",
+        "max_gpu_workers": 1,
+        "worker_reap_timeout": 3600,
+        "l2_backend": "none",
+        "l2_prefetch_max_in_flight": 4,
+        "posix_slot_size": 16777216,
+        "posix_pool": 32768,
+        "nvme_slot_size": 268435456,
+        "nvme_pool": 4096,
+        "nfs_pool": 1024,
+        "direct_io": True,
+        "separate_object_groups": True,
+        "nixl_telemetry_port": 19090,
+        # 128 tokens x 2 KV heads x 32 head dim x 2 (K, V) x 2 layers x 4 bytes (float32): the tiny model.
+        "chunk_bytes": 131072,
     }
     assert plan["prometheus"]["scrape_interval"] == "5s"
     assert plan["prometheus"]["internal_port"] == 9090
@@ -176,7 +220,7 @@ def test_build_plan_does_not_mutate_inputs():
             "aic_vllm_port": 18000,
             "aic_lmcache_port": 15555,
             "aic_lmcache_http_port": 18080,
-            "aic_prometheus_port": 19090,
+            "aic_prometheus_port": 19099,
             "aic_stack_name": "lab",
         },
         {"aic_vllm_port": "8001", "aic_lmcache_http_port": "9191", "aic_bind_address": "10.0.0.5"},
@@ -192,6 +236,7 @@ def test_endpoints_names_and_scrape_jobs_follow_the_ports(inputs):
         "lmcache": values["aic_lmcache_port"],
         "lmcache_http": values["aic_lmcache_http_port"],
         "prometheus": values["aic_prometheus_port"],
+        "nixl_telemetry": values["aic_nixl_telemetry_port"],
     }
     stack = values["aic_stack_name"]
     assert plan["network"] == stack
@@ -231,6 +276,9 @@ def test_every_field_reaches_the_normalised_values():
     assert plan["images"]["stack"]["name"] == "lab-stack-rocm"
     assert plan["paths"]["work_dir"] == "/srv/aic"
     assert plan["lmcache"]["shm_name"] == "lab-lmcache-l1"
+    assert plan["paths"]["nvme_dir"] == "/mnt/nvme/aic"
+    assert plan["lmcache"]["l2_backend"] == "nixl_posix"
+    assert plan["lmcache"]["chunk_bytes"] == NON_DEFAULTS["aic_lmcache_chunk_size"] * 4 * 128 * 2 * 24 * 2
 
 
 @pytest.mark.parametrize("work_dir, expected", [("/srv/aic/", "/srv/aic"), ("/", "/")])
@@ -553,7 +601,7 @@ def test_argument_spec_default_equals_defaults(name):
 def test_argument_spec_types_fit_the_plan(name):
     option = _spec_options()[name]
     assert not option.get("required", False), f"{name}: preflight inputs are optional (empty means default)"
-    if name in INT_FIELDS:
+    if name in INT_FIELDS or name in BOOL_FIELDS or name in FLOAT_FIELDS:
         # raw: "" (meaning default) and "8000" must get past the role's argument validation to the plan.
         assert option["type"] == "raw"
     elif name in LIST_FIELDS:
