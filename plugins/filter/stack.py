@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ansible_collections.aic.stack.plugins.module_utils.container_specs import lmcache_env, vllm_spec
 from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import l2_adapters, server_args
 
 
@@ -59,6 +60,16 @@ def lmcache_l2_adapters(plan):
     return l2_adapters(plan["lmcache"])
 
 
+def vllm_container_spec(plan, gpu_index=0):
+    """command/env/devices/mounts/ipc_mode/pid_mode of the vLLM container for GPU ``gpu_index`` of the allocation."""
+    return vllm_spec(plan, int(gpu_index))
+
+
+def lmcache_container_env(plan):
+    """Environment of the LMCache container (NIXL telemetry; on ROCm the allocation's GPUs and the ROCm env)."""
+    return lmcache_env(plan)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -67,4 +78,6 @@ class FilterModule:
             "prometheus_config": prometheus_config,
             "lmcache_server_args": lmcache_server_args,
             "lmcache_l2_adapters": lmcache_l2_adapters,
+            "vllm_container_spec": vllm_container_spec,
+            "lmcache_container_env": lmcache_container_env,
         }

@@ -51,6 +51,13 @@ DEFAULTS = {
     "aic_vllm_dtype": "float32",
     "aic_vllm_cpu_kvcache_space_gb": 1,
     "aic_vllm_extra_args": [],
+    "aic_vllm_gpu_memory_utilization": 0.9,
+    "aic_vllm_kv_cache_dtype": "auto",
+    "aic_vllm_ipc_mode": "lmcache",
+    "aic_vllm_pid_mode": "",
+    "aic_vllm_heartbeat_interval": 900,
+    "aic_gpus": [],
+    "aic_hf_home": "",
     "aic_lmcache_port": 5555,
     "aic_lmcache_http_port": 8080,
     "aic_lmcache_l1_size_gb": 1,
@@ -99,6 +106,7 @@ INT_FIELDS = {
     "aic_lmcache_nvme_pool": (1, 10_000_000),
     "aic_lmcache_nfs_pool": (1, 10_000_000),
     "aic_nixl_telemetry_port": (1, 65535),
+    "aic_vllm_heartbeat_interval": (1, 86400),
     "aic_model_num_layers": (1, 100_000),
     "aic_model_num_kv_heads": (1, 100_000),
     "aic_model_head_dim": (1, 100_000),
@@ -106,6 +114,7 @@ INT_FIELDS = {
     "aic_lmcache_shm_size_gb": (1, 65536),
 }
 LIST_FIELDS = (
+    "aic_gpus",
     "aic_rocm_arches",
     "aic_extra_ca_certs",
     "aic_pip_packages",
@@ -120,8 +129,9 @@ PORT_FIELDS = (
     "aic_nixl_telemetry_port",
 )
 BOOL_FIELDS = ("aic_lmcache_direct_io", "aic_lmcache_separate_object_groups")
-FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0)}
-PATH_FIELDS = ("aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
+FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0), "aic_vllm_gpu_memory_utilization": (0.01, 1.0)}
+NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
+PATH_FIELDS = ("aic_hf_home", "aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
 # Prometheus's own port inside its container; the published host port is aic_prometheus_port.
@@ -144,6 +154,9 @@ FLAVOUR_DEFAULTS = {
         "aic_vllm_model": None,
         "aic_vllm_model_name": None,  # defaults to aic_vllm_model
         "aic_vllm_dtype": "auto",
+        "aic_vllm_kv_cache_dtype": "fp8",
+        # Share LMCache's PID namespace too: HIP IPC handles need it on ROCm.
+        "aic_vllm_pid_mode": "lmcache",
         # openai/gpt-oss-120b with an fp8 KV cache (the SPUR default model).
         "aic_model_num_layers": 36,
         "aic_model_num_kv_heads": 8,
@@ -286,6 +299,22 @@ def validate(values):
         if port in seen:
             raise PlanError(f"{name}: port {port} is already used by {seen[port]}")
         seen[port] = name
+    for name in ("aic_vllm_ipc_mode", "aic_vllm_pid_mode"):
+        if values[name] not in NAMESPACE_MODES:
+            raise PlanError(f"{name}: {values[name]!r} is not one of lmcache, shareable, host, private or empty")
+    if values["aic_vllm_ipc_mode"] in ("", "private"):
+        raise PlanError(
+            "aic_vllm_ipc_mode: vLLM must share IPC with LMCache (lmcache, shareable or host); without it every "
+            "lookup silently misses"
+        )
+    if values["aic_flavour"] == "rocm" and not values["aic_gpus"]:
+        raise PlanError(
+            "aic_gpus: no GPU allocation for the rocm flavour; set it from the job (e.g. SLURM_JOB_GPUS) - "
+            "vLLM and LMCache never default to GPU 0"
+        )
+    for gpu in values["aic_gpus"]:
+        if not re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+", gpu):
+            raise PlanError(f"aic_gpus: {gpu!r} is not a GPU index or UUID")
     if values["aic_lmcache_l2_backend"] not in L2_BACKENDS:
         raise PlanError(
             f"aic_lmcache_l2_backend: unknown backend {values['aic_lmcache_l2_backend']!r} "
@@ -363,6 +392,7 @@ def build_plan(inputs):
     }
     plan = {
         "flavour": v["aic_flavour"],
+        "gpus": v["aic_gpus"],
         "stack_name": stack,
         "bind_address": bind,
         # Address part of docker's published_ports ("[::1]" for IPv6).
@@ -379,6 +409,7 @@ def build_plan(inputs):
             "nvme_dir": v["aic_lmcache_nvme_dir"] or posixpath.join(work, "slab", "nvme"),
             "nfs_dir": v["aic_lmcache_nfs_dir"] or posixpath.join(work, "slab", "nfs"),
             "slab_dir": v["aic_lmcache_slab_dir"] or posixpath.join(work, "slab", "gds"),
+            "hf_home": v["aic_hf_home"] or posixpath.join(work, "hf"),
             "artifact_dir": posixpath.join(work, "artifacts"),
         },
         "images": {
@@ -416,6 +447,11 @@ def build_plan(inputs):
             "dtype": v["aic_vllm_dtype"],
             "cpu_kvcache_space_gb": v["aic_vllm_cpu_kvcache_space_gb"],
             "extra_args": v["aic_vllm_extra_args"],
+            "gpu_memory_utilization": v["aic_vllm_gpu_memory_utilization"],
+            "kv_cache_dtype": v["aic_vllm_kv_cache_dtype"],
+            "ipc_mode": v["aic_vllm_ipc_mode"],
+            "pid_mode": v["aic_vllm_pid_mode"],
+            "heartbeat_interval": v["aic_vllm_heartbeat_interval"],
         },
         "lmcache": {
             "l1_size_gb": v["aic_lmcache_l1_size_gb"],

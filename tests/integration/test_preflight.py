@@ -146,7 +146,7 @@ def test_preflight_accepts_valid_input_with_empty_port(tmp_path):
     assert runner.stats["changed"].get("localhost", 0) == 0
     assert runner.stats["ok"].get("localhost", 0) >= 2  # argument spec + plan
     # The summary debug task of the role follows the plan (skipped below verbosity 1).
-    assert_only_preflight_ran(runner, events, extra_actions={"ansible.builtin.debug"})
+    assert_only_preflight_ran(runner, events, extra_actions={"ansible.builtin.debug", "ansible.builtin.assert"})
 
     plan_ok = [e for e in events if e["event"] == "runner_on_ok" and e["event_data"].get("task_action") in PLAN_ACTIONS]
     assert len(plan_ok) == 1, describe(events)

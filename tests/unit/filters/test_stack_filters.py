@@ -17,9 +17,11 @@ from ansible_collections.aic.stack.plugins.filter.stack import (
     FilterModule,
     content_tag,
     kv_transfer_config,
+    lmcache_container_env,
     lmcache_l2_adapters,
     lmcache_server_args,
     prometheus_config,
+    vllm_container_spec,
 )
 from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
 
@@ -41,6 +43,8 @@ def test_filter_module_exposes_the_filters():
         "prometheus_config": prometheus_config,
         "lmcache_server_args": lmcache_server_args,
         "lmcache_l2_adapters": lmcache_l2_adapters,
+        "vllm_container_spec": vllm_container_spec,
+        "lmcache_container_env": lmcache_container_env,
     }
 
 

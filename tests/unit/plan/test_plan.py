@@ -40,6 +40,13 @@ NON_DEFAULTS = {
     "aic_rocm_sdk_index_url": "https://sdk.example/whl/",
     "aic_torch_version": "2.13.0+rocm7.2",
     "aic_build_jobs": 32,
+    "aic_vllm_gpu_memory_utilization": 0.4,
+    "aic_vllm_kv_cache_dtype": "bfloat16",
+    "aic_vllm_ipc_mode": "host",
+    "aic_vllm_pid_mode": "lmcache",
+    "aic_vllm_heartbeat_interval": 60,
+    "aic_gpus": ["4", "5"],
+    "aic_hf_home": "/shared/hf",
     "aic_lmcache_max_gpu_workers": 4,
     "aic_lmcache_worker_reap_timeout": 600,
     "aic_lmcache_l2_backend": "nixl_posix",
@@ -144,6 +151,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "nvme_dir": "/var/lib/aic/slab/nvme",
         "nfs_dir": "/var/lib/aic/slab/nfs",
         "slab_dir": "/var/lib/aic/slab/gds",
+        "hf_home": "/var/lib/aic/hf",
     }
     assert plan["images"]["base"] == {
         "name": "aic-base",
@@ -162,6 +170,11 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "dtype": "float32",
         "cpu_kvcache_space_gb": 1,
         "extra_args": [],
+        "gpu_memory_utilization": 0.9,
+        "kv_cache_dtype": "auto",
+        "ipc_mode": "lmcache",
+        "pid_mode": "",
+        "heartbeat_interval": 900,
     }
     assert plan["lmcache"] == {
         "l1_size_gb": 1,
@@ -412,14 +425,20 @@ def test_rocm_needs_a_model(model):
 
 
 def test_rocm_defaults():
-    plan, _ = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "meta-llama/Llama-3.1-8B"})
+    plan, _ = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "meta-llama/Llama-3.1-8B", "aic_gpus": "0"})
     assert plan["flavour"] == "rocm"
     assert plan["vllm"]["model"] == "meta-llama/Llama-3.1-8B"
     assert plan["vllm"]["model_name"] == "meta-llama/Llama-3.1-8B"  # defaults to the model for rocm
     assert plan["vllm"]["dtype"] == "auto"
     assert plan["images"]["stack"]["name"] == "aic-stack-rocm"
     plan, _ = build_plan(
-        {"aic_flavour": "rocm", "aic_vllm_model": "m", "aic_vllm_model_name": "served", "aic_vllm_dtype": "float16"}
+        {
+            "aic_flavour": "rocm",
+            "aic_vllm_model": "m",
+            "aic_vllm_model_name": "served",
+            "aic_vllm_dtype": "float16",
+            "aic_gpus": "1",
+        }
     )
     assert plan["vllm"]["model_name"] == "served"
     assert plan["vllm"]["dtype"] == "float16"

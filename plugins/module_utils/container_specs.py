@@ -1,0 +1,116 @@
+# Copyright: aic.stack contributors
+# Apache-2.0
+"""Container specs (command, env, devices, namespaces, mounts) for the LMCache and vLLM containers, from aic_plan.
+
+Pure data, so the SPUR specs can be golden-tested without a GPU; the roles hand these values to
+community.docker.docker_container unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+
+# Baked into the rocm image as well; repeated here so a container never runs without them.
+ROCM_ENV = {
+    "HSA_ENABLE_IPC_MODE_LEGACY": "1",
+    "SAFETENSORS_FAST_GPU": "1",
+    "HIP_FORCE_DEV_KERNARG": "1",
+    # ROCm reads the HIP name; expandable segments make the KV export fail with "invalid device pointer".
+    "PYTORCH_HIP_ALLOC_CONF": "expandable_segments:False",
+    "VLLM_TARGET_DEVICE": "rocm",
+    "AMDGCN_USE_BUFFER_OPS": "0",
+    "MIOPEN_FIND_MODE": "FAST",
+}
+ROCM_DEVICES = ["/dev/kfd", "/dev/dri"]
+HF_MOUNT = "/hf"
+
+
+def gpu_visibility(gpus):
+    """ROCR_VISIBLE_DEVICES takes the absolute ids of the allocation; HIP/CUDA see them renumbered from 0."""
+    gpus = [str(g) for g in gpus]
+    if not gpus:
+        return {}
+    relative = ",".join(str(i) for i in range(len(gpus)))
+    return {"ROCR_VISIBLE_DEVICES": ",".join(gpus), "HIP_VISIBLE_DEVICES": relative, "CUDA_VISIBLE_DEVICES": relative}
+
+
+def kv_transfer_config(plan):
+    extra = {
+        "lmcache.mp.host": f"tcp://{plan['containers']['lmcache']}",
+        "lmcache.mp.port": int(plan["ports"]["lmcache"]),
+        "lmcache.mp.heartbeat_interval": int(plan["vllm"]["heartbeat_interval"]),
+    }
+    config = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+    return json.dumps(config, sort_keys=True, separators=(",", ":"))
+
+
+def _namespace(mode, lmcache_container):
+    if mode == "lmcache":
+        return f"container:{lmcache_container}"
+    return mode or None
+
+
+def vllm_spec(plan, gpu_index=0):
+    """docker_container parameters of the vLLM container serving GPU ``gpu_index`` of the allocation."""
+    vllm = plan["vllm"]
+    rocm = plan["flavour"] == "rocm"
+    command = [
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(plan["ports"]["vllm"]),
+        "--model",
+        vllm["model"],
+        "--served-model-name",
+        vllm["model_name"],
+        "--max-model-len",
+        str(vllm["max_model_len"]),
+        "--dtype",
+        vllm["dtype"],
+    ]
+    if rocm:
+        command += [
+            "--gpu-memory-utilization",
+            format(vllm["gpu_memory_utilization"], "g"),
+            "--kv-cache-dtype",
+            vllm["kv_cache_dtype"],
+            "--enable-prefix-caching",
+        ]
+    else:
+        command += ["--enforce-eager"]
+    command += ["--kv-transfer-config", kv_transfer_config(plan)] + list(vllm["extra_args"])
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    mounts = []
+    devices = []
+    if rocm:
+        env.update(ROCM_ENV)
+        env.update(gpu_visibility([plan["gpus"][gpu_index]]))
+        env.update(HF_HOME=HF_MOUNT, VLLM_CACHE_ROOT=f"{HF_MOUNT}/vllm", TORCH_HOME=f"{HF_MOUNT}/torch")
+        mounts.append({"type": "bind", "source": plan["paths"]["hf_home"], "target": HF_MOUNT})
+        devices = list(ROCM_DEVICES)
+    else:
+        env["VLLM_CPU_KVCACHE_SPACE"] = str(vllm["cpu_kvcache_space_gb"])
+    return {
+        "command": command,
+        "env": env,
+        "devices": devices,
+        "mounts": mounts,
+        "ipc_mode": _namespace(vllm["ipc_mode"], plan["containers"]["lmcache"]),
+        "pid_mode": _namespace(vllm["pid_mode"], plan["containers"]["lmcache"]),
+    }
+
+
+def lmcache_env(plan):
+    """LMCache sees the same GPUs as the vLLM containers it serves (never a silent GPU 0)."""
+    env = {
+        "NIXL_TELEMETRY_ENABLE": "y",
+        "NIXL_TELEMETRY_EXPORTER": "prometheus",
+        "NIXL_TELEMETRY_PROMETHEUS_PORT": str(plan["ports"]["nixl_telemetry"]),
+    }
+    if plan["flavour"] == "rocm":
+        env.update(ROCM_ENV)
+        env.update(gpu_visibility(plan["gpus"]))
+    return env
