@@ -163,7 +163,8 @@ where:
   sample: host
 vendor:
   description:
-    - V(amd) or V(nvidia); V(none) when nothing was found or torch is a CPU-only build.
+    - V(amd) or V(nvidia); V(none) when O(vendor=auto) found no GPU on the host or torch is a CPU-only
+      build (or cannot be imported).
   returned: always
   type: str
   sample: amd

@@ -453,6 +453,11 @@ def cmd_run(args):
 def stop_streamers(state_dir, containers, timeout):
     """SIGTERM every running streamer of ``containers``, wait for all to exit, SIGKILL the late ones."""
     states = {c: read_state(state_dir, c) for c in containers}
+    # A streamer that has just locked its pidfile writes its pid an instant later.
+    deadline = time.monotonic() + 2
+    while any(s["running"] and not s["pid"] for s in states.values()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        states = {c: read_state(state_dir, c) for c in containers}
     signalled = {}
     for container, state in states.items():
         if state["running"] and state["pid"]:
