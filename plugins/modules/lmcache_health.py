@@ -54,6 +54,21 @@ options:
       - Prefix that at least one metric family on C(/metrics) must start with.
     type: str
     default: lmcache_mp_
+  l2_reads:
+    description:
+      - Check the L2 tier is really read back. With V(required), fail when L2 stores completed (C(lmcache_mp_l2_store_completed_objects_chunks_total)
+        > 0) but no L2 read ever happened (C(lmcache_mp_lookup_hit_l2_tokens_total) and
+        C(lmcache_mp_l2_prefetch_load_completed_chunks_total) both 0 or absent) - the silent failure of a NIXL race,
+        slots smaller than a chunk, or an L2 directory that cannot be written. Run it after a warm-up that re-reads
+        stored prefixes.
+      - V(ignore) skips the check.
+    type: str
+    choices: [ignore, required]
+    default: ignore
+  l2_min_stored_chunks:
+    description: With O(l2_reads=required), also fail when fewer L2 chunks than this were stored.
+    type: int
+    default: 1
 notes:
   - Counter family names are compared as normalised by C(prometheus_client), that is without
     their C(_total) suffix.
@@ -90,6 +105,11 @@ metric_families:
   type: list
   elements: str
   sample: [lmcache_mp_l1_usage_ratio, lmcache_mp_num_hit_tokens]
+l2:
+  description: L2 counters read from C(/metrics) (null when absent) and the verdict of the L2 check.
+  returned: success
+  type: dict
+  sample: {stored_chunks: 12.0, hit_tokens: 256.0, loaded_chunks: 2.0, reads_ok: true}
 elapsed:
   description: Seconds spent by the module, including waiting for C(/healthcheck).
   returned: always
@@ -113,6 +133,7 @@ from ansible_collections.aic.stack.plugins.module_utils.metrics import (
     MetricsParseError,
     families_with_prefix,
     parse,
+    sample_value,
 )
 
 COMPONENT = "LMCache"
@@ -161,6 +182,25 @@ def run_checks(params, result):
     if not matching:
         fail(metrics_url, f"no {prefix} metrics (found {len(families)} families)")
     result["metric_families"] = matching
+    stored = sample_value(families, "lmcache_mp_l2_store_completed_objects_chunks_total")
+    hits = sample_value(families, "lmcache_mp_lookup_hit_l2_tokens_total")
+    loaded = sample_value(families, "lmcache_mp_l2_prefetch_load_completed_chunks_total")
+    reads_ok = bool(hits) or bool(loaded)
+    result["l2"] = {"stored_chunks": stored, "hit_tokens": hits, "loaded_chunks": loaded, "reads_ok": reads_ok}
+    if params["l2_reads"] == "required":
+        if (stored or 0) < params["l2_min_stored_chunks"]:
+            fail(
+                metrics_url,
+                f"L2 stored {int(stored or 0)} chunk(s), expected at least {params['l2_min_stored_chunks']}: "
+                "no L2 tier configured, or the L2 directory is not writable",
+            )
+        if not reads_ok:
+            fail(
+                metrics_url,
+                f"L2 reads stuck at zero while L2 stores grew ({int(stored)} chunks stored, 0 L2 hit tokens, 0 "
+                "prefetched chunks): the silent NIXL failure (concurrent transfer race, slots smaller than a KV chunk, "
+                "or stale slot files)",
+            )
 
 
 def main():
@@ -170,6 +210,8 @@ def main():
             "wait_timeout": {"type": "int", "default": 120},
             "request_timeout": {"type": "int", "default": 10},
             "metric_prefix": {"type": "str", "default": "lmcache_mp_"},
+            "l2_reads": {"type": "str", "default": "ignore", "choices": ["ignore", "required"]},
+            "l2_min_stored_chunks": {"type": "int", "default": 1},
         },
         supports_check_mode=True,
     )

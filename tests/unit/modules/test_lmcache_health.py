@@ -107,3 +107,41 @@ def test_missing_prometheus_client(lmcache, run_module, monkeypatch):
     assert result.failed
     assert "Failed to import the required Python library (prometheus_client)" in result["msg"]
     assert lmcache.server.paths == []
+
+
+def _l2_metrics(stored, hits, loaded):
+    lines = ["# TYPE lmcache_mp_l1_usage_ratio gauge", "lmcache_mp_l1_usage_ratio 0.5"]
+    for name, value in (
+        ("lmcache_mp_l2_store_completed_objects_chunks_total", stored),
+        ("lmcache_mp_lookup_hit_l2_tokens_total", hits),
+        ("lmcache_mp_l2_prefetch_load_completed_chunks_total", loaded),
+    ):
+        if value is not None:
+            lines += [f"# TYPE {name[:-6]} counter", f'{name}{{model_name="m"}} {value}']
+    return "\n".join(lines) + "\n"
+
+
+def test_l2_reads_ok_when_stored_chunks_come_back(lmcache, run_module):
+    lmcache.server.route("/metrics", 200, _l2_metrics(12, 256, 2))
+    result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
+    assert result.rc == 0, result.get("msg")
+    assert result["l2"] == {"stored_chunks": 12.0, "hit_tokens": 256.0, "loaded_chunks": 2.0, "reads_ok": True}
+
+
+def test_l2_reads_stuck_at_zero_while_stores_grow_fails_naming_the_cause(lmcache, run_module):
+    lmcache.server.route("/metrics", 200, _l2_metrics(30, 0, None))
+    result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
+    assert result.failed
+    assert result["msg"].startswith(f"LMCache at {lmcache.url}/metrics: L2 reads stuck at zero while L2 stores grew")
+    assert "30 chunks stored" in result["msg"]
+    # Without the option the same metrics pass, and the counters are still reported.
+    ignored = run_module(lmcache_health, _args(lmcache))
+    assert ignored.rc == 0
+    assert ignored["l2"]["reads_ok"] is False
+
+
+def test_l2_nothing_stored_fails_when_required(lmcache, run_module):
+    lmcache.server.route("/metrics", 200, _l2_metrics(None, None, None))
+    result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
+    assert result.failed
+    assert "L2 stored 0 chunk(s), expected at least 1" in result["msg"]
