@@ -8,6 +8,7 @@ Pure functions shared by the plan (validation, before any host is touched) and t
 from __future__ import annotations
 
 import json
+import math
 
 L2_BACKENDS = ("none", "nixl_posix", "ais_mt", "gds_l1", "nfs")
 # Paths inside the LMCache container; the host directories are bind-mounted there.
@@ -72,7 +73,9 @@ def l2_adapters(lmcache):
 
 def server_args(lmcache, ports):
     """Full ``lmcache server`` argv (list of strings) for the plan's lmcache section and ports."""
-    l1 = format(float(lmcache["l1_size_gb"]), "g")
+    l1 = format(float(lmcache["l1_size_gb"]), ".12g")
+    # --l1-init-size-gb is an integer; LMCache caps the initial allocation at the L1 size.
+    l1_init = str(max(1, math.ceil(float(lmcache["l1_size_gb"]))))
     args = [
         "lmcache",
         "server",
@@ -101,7 +104,7 @@ def server_args(lmcache, ports):
         # The hipFile NVMe slab is L1 itself (size = --l1-size-gb); there is no L2.
         args += ["--gds-l1-path", CONTAINER_PATHS["slab"], "--l1-size-gb", l1]
     else:
-        args += ["--l1-size-gb", l1, "--l1-init-size-gb", l1]
+        args += ["--l1-size-gb", l1, "--l1-init-size-gb", l1_init]
     adapters = l2_adapters(lmcache)
     if adapters:
         args += ["--l2-prefetch-max-in-flight", str(lmcache["l2_prefetch_max_in_flight"])]

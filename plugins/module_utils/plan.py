@@ -363,6 +363,19 @@ def validate(values):
         )
 
 
+def _l2_dirs(v, work):
+    nvme = v["aic_lmcache_nvme_dir"] or posixpath.join(work, "slab", "nvme")
+    nfs = v["aic_lmcache_nfs_dir"] or posixpath.join(work, "slab", "nfs")
+    slab = v["aic_lmcache_slab_dir"] or posixpath.join(work, "slab", "gds")
+    return {
+        "none": [],
+        "nixl_posix": [posixpath.join(nvme, "lmcache")],
+        "ais_mt": [posixpath.join(nvme, "lmcache")],
+        "nfs": [posixpath.join(nfs, "lmcache")],
+        "gds_l1": [slab],
+    }[v["aic_lmcache_l2_backend"]]
+
+
 def build_plan(inputs):
     """Validate ``inputs`` (a mapping of aic_* variables) and return (plan, warnings)."""
     values, unknown = normalize(inputs)
@@ -410,6 +423,8 @@ def build_plan(inputs):
             "nfs_dir": v["aic_lmcache_nfs_dir"] or posixpath.join(work, "slab", "nfs"),
             "slab_dir": v["aic_lmcache_slab_dir"] or posixpath.join(work, "slab", "gds"),
             "hf_home": v["aic_hf_home"] or posixpath.join(work, "hf"),
+            # Host directories the L2 backend needs (created by the nvme_slab role before LMCache starts).
+            "l2_dirs": _l2_dirs(v, work),
             "artifact_dir": posixpath.join(work, "artifacts"),
         },
         "images": {

@@ -152,6 +152,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "nfs_dir": "/var/lib/aic/slab/nfs",
         "slab_dir": "/var/lib/aic/slab/gds",
         "hf_home": "/var/lib/aic/hf",
+        "l2_dirs": [],
     }
     assert plan["images"]["base"] == {
         "name": "aic-base",
@@ -290,6 +291,7 @@ def test_every_field_reaches_the_normalised_values():
     assert plan["paths"]["work_dir"] == "/srv/aic"
     assert plan["lmcache"]["shm_name"] == "lab-lmcache-l1"
     assert plan["paths"]["nvme_dir"] == "/mnt/nvme/aic"
+    assert plan["paths"]["l2_dirs"] == ["/mnt/nvme/aic/lmcache"]
     assert plan["lmcache"]["l2_backend"] == "nixl_posix"
     assert plan["lmcache"]["chunk_bytes"] == NON_DEFAULTS["aic_lmcache_chunk_size"] * 4 * 128 * 2 * 24 * 2
 
