@@ -50,10 +50,18 @@ def _namespace(mode, lmcache_container):
     return mode or None
 
 
+GPU_ALLOCATION_ERROR = (
+    "aic_gpus: no GPU allocation for the rocm flavour; set it from the job (e.g. SLURM_JOB_GPUS) - "
+    "vLLM and LMCache never default to GPU 0"
+)
+
+
 def vllm_spec(plan, gpu_index=0):
     """docker_container parameters of the vLLM container serving GPU ``gpu_index`` of the allocation."""
     vllm = plan["vllm"]
     rocm = plan["flavour"] == "rocm"
+    if rocm and len(plan["gpus"]) <= gpu_index:
+        raise ValueError(GPU_ALLOCATION_ERROR)
     command = [
         "python3",
         "-m",
@@ -111,6 +119,8 @@ def lmcache_env(plan):
         "NIXL_TELEMETRY_PROMETHEUS_PORT": str(plan["ports"]["nixl_telemetry"]),
     }
     if plan["flavour"] == "rocm":
+        if not plan["gpus"]:
+            raise ValueError(GPU_ALLOCATION_ERROR)
         env.update(ROCM_ENV)
         env.update(gpu_visibility(plan["gpus"]))
     return env

@@ -21,6 +21,8 @@ ROCM = {
     "aic_vllm_model": "openai/gpt-oss-120b",
     "aic_rocm_arches": ["gfx942", "gfx950", "gfx1151"],
     "image_build_render_only": True,
+    # The local inventory's L2 slots are sized for the tiny cpu model, not for gpt-oss: no L2 for this build.
+    "aic_lmcache_l2_backend": "none",
 }
 BUILD = REPO / ".work" / "build"
 

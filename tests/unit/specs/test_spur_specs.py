@@ -104,9 +104,12 @@ def test_vllm_spec_carries_every_spur_default(plan):
     golden("spur-vllm-spec.json", spec)
 
 
-def test_spur_without_a_gpu_allocation_fails_preflight():
-    with pytest.raises(PlanError, match="^aic_gpus: no GPU allocation"):
-        build_plan(spur_inputs(aic_gpus=""))
+def test_spur_without_a_gpu_allocation_never_falls_back_to_gpu0():
+    plan = build_plan(spur_inputs(aic_gpus=""))[0]  # a build needs no GPU
+    with pytest.raises(ValueError, match="^aic_gpus: no GPU allocation"):
+        vllm_spec(plan, 0)
+    with pytest.raises(ValueError, match="^aic_gpus: no GPU allocation"):
+        lmcache_env(plan)
 
 
 def test_spur_slot_smaller_than_a_chunk_fails_preflight():
