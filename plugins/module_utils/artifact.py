@@ -84,6 +84,11 @@ def _write_atomic(path, text):
         raise
 
 
+def write_current(files, manifest):
+    """Point ``<name>.current.json`` at ``manifest`` (atomically): the artifact later stages read."""
+    _write_atomic(files["current"], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+
+
 def save(chunks, files, manifest, level=3, threads=0, zstd="zstd"):
     """Compress the ``docker save`` stream ``chunks`` into the artifact; return the final manifest.
 
@@ -134,8 +139,7 @@ def save(chunks, files, manifest, level=3, threads=0, zstd="zstd"):
             os.unlink(partial)
         raise
     _write_atomic(files["sha256"], f"{digest}  {os.path.basename(files['tarball'])}\n")
-    text = json.dumps(result, indent=2, sort_keys=True) + "\n"
-    _write_atomic(files["manifest"], text)
+    _write_atomic(files["manifest"], json.dumps(result, indent=2, sort_keys=True) + "\n")
     # Last: the pointer operators and later stages read. Only a complete artifact becomes current.
-    _write_atomic(files["current"], text)
+    write_current(files, result)
     return result

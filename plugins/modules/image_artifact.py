@@ -137,7 +137,7 @@ def main():
         manifest = artifact.read_manifest(files["manifest"])
         current = artifact.read_manifest(files["current"])
         if current != manifest and not module.check_mode:
-            artifact._write_atomic(files["current"], artifact.json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+            artifact.write_current(files, manifest)
             module.exit_json(
                 changed=True, tarball=files["tarball"], sha256=manifest["sha256"], manifest=manifest, paths=files
             )

@@ -129,3 +129,14 @@ def test_paths(image, stem, current):
     files = artifact.paths("/d", image)
     assert files["tarball"] == f"/d/{stem}.tar.zst"
     assert files["current"] == f"/d/{current}.current.json"
+
+
+def test_a_missing_pointer_is_restored_without_saving_again(run_module, tiny_image, tmp_path):
+    first = run_module(image_artifact, {"image": IMAGE, "dest": str(tmp_path)})
+    pointer = pathlib.Path(first["paths"]["current"])
+    tarball_mtime = pathlib.Path(first["paths"]["tarball"]).stat().st_mtime_ns
+    pointer.unlink()
+    again = run_module(image_artifact, {"image": IMAGE, "dest": str(tmp_path)})
+    assert again["changed"] is True
+    assert json.loads(pointer.read_text()) == json.loads(pathlib.Path(first["paths"]["manifest"]).read_text())
+    assert pathlib.Path(first["paths"]["tarball"]).stat().st_mtime_ns == tarball_mtime
