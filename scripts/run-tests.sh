@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs, in order of cost: lint, unit tests, the real local stack (deploy + integration), molecule.
-# Needs: the venv (make setup), a Docker engine (make deploy starts one), Prometheus's promtool (scripts/host-deps.sh).
+# Needs: the venv (make setup) and Prometheus's promtool (scripts/host-deps.sh). The Docker engine is started here by
+# the collection's own docker_host role (playbooks/host.yml), exactly as `make deploy` starts it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${VENV:-.venv}/bin
@@ -15,9 +16,11 @@ ruff format --check plugins tests
 step "lint: ansible-lint (production profile)"
 ansible-lint
 step "ansible-doc renders every module"
-for m in plan vllm_health lmcache_health prometheus_targets; do
-  ansible-doc "aic.stack.$m" >/dev/null
+for f in plugins/modules/*.py; do
+  ansible-doc "aic.stack.$(basename "$f" .py)" >/dev/null
 done
+step "start the Docker engine (playbooks/host.yml, role docker_host)"
+ansible-playbook -i inventories/local playbooks/host.yml
 step "unit tests"
 pytest -q tests/unit
 step "integration tests on the real local stack"
