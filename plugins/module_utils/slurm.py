@@ -1,0 +1,427 @@
+# Copyright: aic.stack contributors
+# Apache-2.0
+"""Slurm / SPUR batch jobs: validate a job spec, render its sbatch command line and script, parse what Slurm prints.
+
+Pure functions (no I/O): the ``aic.stack`` filters (plugins/filter/slurm.py), the ``slurm_wait`` module and the
+``aic.stack.slurm`` inventory plugin call them, and tests/unit/slurm tests them.
+
+Two dialects (FACTS.md section 6):
+
+``slurm``
+    standard sbatch: ``--parsable`` gives the job id, ``--no-requeue`` is accepted, GPUs by ``--gres=gpu:N`` and only
+    when N > 0 (Slurm 22.05 rejects an empty ``--gres=`` as an invalid TRES specification).
+``spur``
+    no ``--parsable``/``--wait``/``--no-requeue``/``--overcommit`` and no script on stdin; the job id is read from
+    "Submitted batch job N"; ``--controller <addr>`` on every call; GPUs by ``--gpus=N`` and an empty ``--gres=`` that
+    clears a GPU gres a script or site default may carry (SPUR has no GPU gres and cancels such jobs).
+
+The job script writes its own output, error and exit-status files under ``<logs_root>/<job id>/`` (SPUR's sacct
+reports 141 for jobs that exited 0, and a body's own EXIT trap cannot clobber the status: the body runs in a subshell).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import shlex
+
+DIALECTS = ("slurm", "spur")
+SPEC_FIELDS = (
+    "name",
+    "command",
+    "dialect",
+    "nodes",
+    "gpus",
+    "time_limit",
+    "partition",
+    "chdir",
+    "controller",
+    "extra_args",
+    "env",
+    "logs_root",
+    "requeue",
+)
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+JOB_ID_RE = re.compile(r"^[0-9]+(?:_[0-9]+)?$")
+SPUR_SUBMITTED_RE = re.compile(r"Submitted batch job ([0-9]+)")
+# Flags SPUR's sbatch does not support (FACTS.md section 6, SPUR quirks).
+SPUR_UNSUPPORTED = ("--parsable", "--wait", "-W", "--no-requeue", "--overcommit", "-O")
+# Flags the role sets itself: given again in extra args they would silently win or conflict.
+MANAGED_FLAGS = (
+    "--job-name",
+    "-J",
+    "--nodes",
+    "-N",
+    "--gres",
+    "--gpus",
+    "-G",
+    "--time",
+    "-t",
+    "--partition",
+    "-p",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--chdir",
+    "-D",
+    "--controller",
+)
+# squeue/scontrol states after which a job no longer runs.
+TERMINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "SPECIAL_EXIT",
+        "TIMEOUT",
+    }
+)
+_SQUEUE_SHORT_STATES = {
+    "BF": "BOOT_FAIL",
+    "CA": "CANCELLED",
+    "CD": "COMPLETED",
+    "CG": "COMPLETING",
+    "DL": "DEADLINE",
+    "F": "FAILED",
+    "NF": "NODE_FAIL",
+    "OOM": "OUT_OF_MEMORY",
+    "PD": "PENDING",
+    "PR": "PREEMPTED",
+    "R": "RUNNING",
+    "RV": "REVOKED",
+    "SE": "SPECIAL_EXIT",
+    "TO": "TIMEOUT",
+}
+
+
+class SlurmSpecError(ValueError):
+    """A job spec that cannot be submitted; the message names the field."""
+
+
+def _flag_name(arg):
+    return arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+
+
+def _int_field(spec, field, minimum):
+    value = spec.get(field)
+    if isinstance(value, bool) or value is None:
+        raise SlurmSpecError(f"{field} must be an integer >= {minimum} (got {value!r})")
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise SlurmSpecError(f"{field} must be an integer >= {minimum} (got {value!r})")
+    if number < minimum:
+        raise SlurmSpecError(f"{field} must be an integer >= {minimum} (got {number})")
+    return number
+
+
+def _str_field(spec, field):
+    value = spec.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SlurmSpecError(f"{field} must be a string (got {value!r})")
+    return value.strip()
+
+
+def job_spec(spec):
+    """Validate and normalise a job spec (dict); raise :class:`SlurmSpecError` naming the bad field.
+
+    Keys: ``name``, ``command`` (the script body), ``dialect`` (slurm|spur), ``nodes`` (>= 1), ``gpus`` (>= 0),
+    ``time_limit``, ``partition``, ``chdir``, ``controller`` (spur only), ``extra_args`` (list of str), ``env``
+    (dict), ``logs_root`` (absolute), ``requeue`` (bool; slurm dialect: false adds ``--no-requeue``).
+    Empty strings mean "not set" (Slurm's default).
+    """
+    if not isinstance(spec, dict):
+        raise SlurmSpecError(f"the job spec must be a dict (got {type(spec).__name__})")
+    dialect = _str_field(spec, "dialect") or "slurm"
+    if dialect not in DIALECTS:
+        raise SlurmSpecError(f"dialect must be one of {', '.join(DIALECTS)} (got {dialect!r})")
+    name = _str_field(spec, "name")
+    if not NAME_RE.match(name):
+        raise SlurmSpecError(f"name must be made of letters, digits, '.', '_' and '-' (got {name!r})")
+    command = spec.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise SlurmSpecError("command must be a non-empty script body (got an empty one)")
+    logs_root = _str_field(spec, "logs_root")
+    if not logs_root.startswith("/"):
+        raise SlurmSpecError(f"logs_root must be an absolute path (got {logs_root!r})")
+    controller = _str_field(spec, "controller")
+    if controller and dialect != "spur":
+        raise SlurmSpecError(f"controller is only used by the spur dialect (dialect is {dialect!r})")
+    extra = spec.get("extra_args") or []
+    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
+        raise SlurmSpecError(f"extra_args must be a list of strings (got {extra!r})")
+    for arg in extra:
+        flag = _flag_name(arg)
+        if flag in MANAGED_FLAGS:
+            raise SlurmSpecError(f"extra_args: {arg!r} is set by the role itself; use its own variable instead")
+        if dialect == "spur" and flag in SPUR_UNSUPPORTED:
+            raise SlurmSpecError(f"extra_args: {arg!r} is not supported by SPUR's sbatch")
+    env = spec.get("env") or {}
+    if not isinstance(env, dict):
+        raise SlurmSpecError(f"env must be a dict of variable names to values (got {env!r})")
+    for key, value in env.items():
+        if not isinstance(key, str) or not ENV_NAME_RE.match(key):
+            raise SlurmSpecError(f"env: {key!r} is not a valid environment variable name")
+        if value is None or isinstance(value, (dict, list)):
+            raise SlurmSpecError(f"env: {key} must be a string or number (got {value!r})")
+    time_limit = _str_field(spec, "time_limit")
+    if time_limit and not re.match(r"^[0-9][0-9:-]*$|^(?i:unlimited|infinite)$", time_limit):
+        raise SlurmSpecError(f"time_limit must be a Slurm time such as 30, 01:00:00 or 1-00:00:00 (got {time_limit!r})")
+    requeue = spec.get("requeue", False)
+    if not isinstance(requeue, bool):
+        raise SlurmSpecError(f"requeue must be a boolean (got {requeue!r})")
+    return {
+        "name": name,
+        "command": command,
+        "dialect": dialect,
+        "nodes": _int_field(spec, "nodes", 1) if spec.get("nodes") is not None else 1,
+        "gpus": _int_field(spec, "gpus", 0) if spec.get("gpus") is not None else 0,
+        "time_limit": time_limit,
+        "partition": _str_field(spec, "partition"),
+        "chdir": _str_field(spec, "chdir"),
+        "controller": controller,
+        "extra_args": list(extra),
+        "env": {k: str(v) for k, v in env.items()},
+        "logs_root": posixpath.normpath(logs_root),
+        "requeue": requeue,
+    }
+
+
+def sbatch_argv(spec, script_path, sbatch="sbatch"):
+    """The sbatch command line (list) that submits ``script_path`` for a spec (validated here too)."""
+    spec = job_spec(spec)
+    spur = spec["dialect"] == "spur"
+    argv = [sbatch]
+    if spur:
+        if spec["controller"]:
+            argv += ["--controller", spec["controller"]]
+    else:
+        argv.append("--parsable")
+    argv += [f"--job-name={spec['name']}", f"--nodes={spec['nodes']}"]
+    if spur:
+        if spec["gpus"] > 0:
+            argv.append(f"--gpus={spec['gpus']}")
+        # Clears any GPU gres of the script or the site: SPUR has none and cancels jobs that ask for it.
+        argv.append("--gres=")
+    elif spec["gpus"] > 0:
+        argv.append(f"--gres=gpu:{spec['gpus']}")
+    if spec["time_limit"]:
+        argv.append(f"--time={spec['time_limit']}")
+    if spec["partition"]:
+        argv.append(f"--partition={spec['partition']}")
+    if spec["chdir"]:
+        argv.append(f"--chdir={spec['chdir']}")
+    if not spur and not spec["requeue"]:
+        argv.append("--no-requeue")
+    # The script writes logs/<job id>/<name>.{out,err,exit} itself (the directory cannot exist before the job id).
+    argv += ["--output=/dev/null", "--error=/dev/null"]
+    argv += spec["extra_args"]
+    argv.append(script_path)
+    return argv
+
+
+def job_files(spec, job_id):
+    """Paths of a job's directory and of its output, error and exit-status files."""
+    spec = job_spec(spec)
+    job_dir = posixpath.join(spec["logs_root"], str(job_id))
+    base = posixpath.join(job_dir, spec["name"])
+    return {"dir": job_dir, "out": base + ".out", "err": base + ".err", "exit": base + ".exit"}
+
+
+def job_script(spec, sbatch="sbatch"):
+    """The batch script: logs into <logs_root>/<job id>/, the body in a subshell, then the exit-status file."""
+    spec = job_spec(spec)
+    name = spec["name"]
+    q = shlex.quote
+    submit = shlex.join(sbatch_argv(spec, "<this script>", sbatch=sbatch))
+    lines = [
+        "#!/bin/bash",
+        f"# aic.stack slurm_job {name} ({spec['dialect']} dialect), rendered by aic.stack.slurm_job_script.",
+        f"# Submitted with: {submit}",
+        "# Options are on the sbatch command line, not in #SBATCH lines, so nothing here overrides them.",
+        "_aic_job_id=${SLURM_JOB_ID:?not running under Slurm}",
+        f"_aic_dir={q(spec['logs_root'])}/$_aic_job_id",
+        'mkdir -p -- "$_aic_dir" || exit 1',
+        f'exec >>"$_aic_dir"/{q(name + ".out")} 2>>"$_aic_dir"/{q(name + ".err")}',
+        f'echo "aic.stack slurm_job {name}: job $_aic_job_id on $(hostname) at $(date -u +%Y-%m-%dT%H:%M:%SZ)" >&2',
+    ]
+    lines += [f"export {key}={q(value)}" for key, value in sorted(spec["env"].items())]
+    lines += [
+        "# The body runs in a subshell: its own EXIT trap or `exit` cannot skip the exit-status file below.",
+        "(",
+        spec["command"].rstrip("\n"),
+        ")",
+        "_aic_rc=$?",
+        f'printf \'%s\\n\' "$_aic_rc" >"$_aic_dir"/{q(name + ".exit.tmp")}',
+        f'mv -f -- "$_aic_dir"/{q(name + ".exit.tmp")} "$_aic_dir"/{q(name + ".exit")}',
+        'exit "$_aic_rc"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_job_id(stdout, dialect="slurm"):
+    """The job id sbatch printed: ``--parsable`` output (``N`` or ``N;cluster``) or SPUR's "Submitted batch job N"."""
+    text = (stdout or "").strip()
+    if dialect == "spur" or text.startswith("Submitted"):
+        match = SPUR_SUBMITTED_RE.search(text)
+        if not match:
+            raise SlurmSpecError(f"no 'Submitted batch job N' in the sbatch output: {text!r}")
+        return match.group(1)
+    first = text.splitlines()[-1].split(";", 1)[0].strip() if text else ""
+    if not JOB_ID_RE.match(first):
+        raise SlurmSpecError(f"sbatch --parsable printed no job id: {text!r}")
+    return first
+
+
+def squeue_argv(dialect="slurm", controller="", squeue="squeue"):
+    """squeue command listing jobs: exact ``%i|%T`` on Slurm; SPUR's default table (it ignores ``-j``)."""
+    if dialect == "spur":
+        return [squeue] + (["--controller", controller] if controller else [])
+    return [squeue, "--noheader", "--format=%i|%T"]
+
+
+def parse_squeue_state(output, job_id, dialect="slurm"):
+    """State of ``job_id`` in squeue output (long name such as RUNNING), or None when it is not listed.
+
+    Slurm: ``id|STATE`` lines. SPUR: the default table; the row whose first column is the id, state from the
+    ST/STATE column of the header (a job name never holds spaces here: names are validated).
+    """
+    job_id = str(job_id)
+    lines = [line for line in (output or "").splitlines() if line.strip()]
+    if dialect != "spur":
+        for line in lines:
+            jid, _, state = line.strip().partition("|")
+            if jid.strip() == job_id:
+                return _long_state(state)
+        return None
+    header = None
+    for line in lines:
+        cols = line.split()
+        if cols and cols[0].upper() == "JOBID":
+            header = [c.upper() for c in cols]
+            continue
+        if cols and cols[0] == job_id:
+            idx = None
+            if header:
+                for key in ("ST", "STATE"):
+                    if key in header:
+                        idx = header.index(key)
+                        break
+            if idx is None:
+                idx = 4  # JOBID PARTITION NAME USER ST ...
+            return _long_state(cols[idx]) if idx < len(cols) else "UNKNOWN"
+    return None
+
+
+def _long_state(state):
+    state = state.strip().upper().split()[0] if state.strip() else "UNKNOWN"
+    state = state.rstrip("+")
+    return _SQUEUE_SHORT_STATES.get(state, state)
+
+
+def parse_scontrol_job(output):
+    """``scontrol show job -o N`` as a dict of its ``Key=Value`` fields (values without spaces)."""
+    fields = {}
+    for match in re.finditer(r"(?:^|\s)([A-Za-z/:]+)=(\S*)", output or ""):
+        fields.setdefault(match.group(1), match.group(2))
+    return fields
+
+
+def exit_code_from_scontrol(fields):
+    """(state, exit code) from parsed ``scontrol show job`` fields; exit code None when unknown."""
+    state = _long_state(fields.get("JobState", "UNKNOWN"))
+    code = fields.get("ExitCode", "")
+    match = re.match(r"^([0-9]+):([0-9]+)$", code)
+    if not match:
+        return state, None
+    rc, signal = int(match.group(1)), int(match.group(2))
+    return state, (128 + signal if rc == 0 and signal else rc)
+
+
+def parse_sacct(output, job_id):
+    """(state, exit code) from ``sacct -n -P -X -j N -o JobID,State,ExitCode``; (None, None) when absent."""
+    for line in (output or "").splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 3 and parts[0] == str(job_id):
+            state = _long_state(parts[1]) if parts[1].strip() else "UNKNOWN"
+            match = re.match(r"^([0-9]+):([0-9]+)$", parts[2].strip())
+            if not match:
+                return state, None
+            rc, signal = int(match.group(1)), int(match.group(2))
+            return state, (128 + signal if rc == 0 and signal else rc)
+    return None, None
+
+
+def gpus_per_node(fields):
+    """GPUs per node of a job from ``scontrol show job`` fields (TresPerNode, else TRES / nodes); None if unknown."""
+    per_node = fields.get("TresPerNode", "")
+    match = re.search(r"gres[:/]gpu(?::[^:,=]+)?[:=]([0-9]+)", per_node)
+    if match:
+        return int(match.group(1))
+    tres = fields.get("TRES", "") or fields.get("ReqTRES", "")
+    match = re.search(r"gres/gpu=([0-9]+)", tres)
+    if match:
+        nodes = int(fields.get("NumNodes", "1").split("-")[0] or 1)
+        return int(match.group(1)) // max(nodes, 1)
+    per_job = fields.get("TresPerJob", "")
+    match = re.search(r"gres[:/]gpu(?::[^:,=]+)?[:=]([0-9]+)", per_job)
+    if match:
+        nodes = int(fields.get("NumNodes", "1").split("-")[0] or 1)
+        return int(match.group(1)) // max(nodes, 1)
+    return None
+
+
+def expand_hostlist(hostlist):
+    """Expand a Slurm hostlist (``n[01-03,7],gpu-a[1-2]x``) in Python, for hosts without ``scontrol``."""
+    hosts = []
+    for part in _split_top_level(hostlist or ""):
+        hosts.extend(_expand_one(part))
+    return hosts
+
+
+def _split_top_level(text):
+    parts, depth, current = [], 0, ""
+    for char in text.strip():
+        if char == "[":
+            depth += 1
+        elif char == "]":
+            depth -= 1
+            if depth < 0:
+                raise SlurmSpecError(f"unbalanced ']' in hostlist {text!r}")
+        if char == "," and depth == 0:
+            if current:
+                parts.append(current)
+            current = ""
+        else:
+            current += char
+    if depth:
+        raise SlurmSpecError(f"unbalanced '[' in hostlist {text!r}")
+    if current:
+        parts.append(current)
+    return parts
+
+
+def _expand_one(pattern):
+    match = re.search(r"\[([^\]]*)\]", pattern)
+    if not match:
+        return [pattern]
+    head, tail = pattern[: match.start()], pattern[match.end() :]
+    out = []
+    for item in match.group(1).split(","):
+        lo, sep, hi = item.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()):
+            raise SlurmSpecError(f"bad range {item!r} in hostlist {pattern!r}")
+        width = len(lo)
+        for number in range(int(lo), int(hi if sep else lo) + 1):
+            out.extend(_expand_one(f"{head}{number:0{width}d}{tail}"))
+    return out
