@@ -25,6 +25,8 @@ step "unit tests"
 pytest -q tests/unit
 step "integration tests on the real local stack"
 pytest -q tests/integration
+step "deploy the local stack (the integration tests end with a teardown; molecule's health scenario needs it)"
+ansible-playbook -i inventories/local deploy.yml
 step "molecule"
 molecule/run.sh
 step "done"

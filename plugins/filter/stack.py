@@ -29,25 +29,34 @@ def kv_transfer_config(host, port, extra=None):
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
-def prometheus_config(jobs, scrape_interval="5s", scrape_timeout=None, labels=None):
-    """A prometheus.yml document (as a dict) with one static job per plan entry."""
+def prometheus_config(jobs, scrape_interval="5s", scrape_timeout=None, labels=None, rule_files=None):
+    """A prometheus.yml document (as a dict) with one static job per plan entry.
+
+    ``jobs`` is a list of ``{"job", "targets"[, "metrics_path"]}`` (the plan's jobs plus those of the exporters that
+    run); a job listed twice is an error, since Prometheus refuses duplicate job names.
+    """
     interval = str(scrape_interval)
     global_cfg = {"scrape_interval": interval, "evaluation_interval": interval}
     if scrape_timeout:
         global_cfg["scrape_timeout"] = str(scrape_timeout)
     if labels:
         global_cfg["external_labels"] = dict(labels)
-    return {
-        "global": global_cfg,
-        "scrape_configs": [
-            {
-                "job_name": job["job"],
-                "metrics_path": job.get("metrics_path", "/metrics"),
-                "static_configs": [{"targets": list(job["targets"])}],
-            }
-            for job in jobs
-        ],
-    }
+    names = [job["job"] for job in jobs]
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"prometheus_config: duplicate scrape job names: {', '.join(duplicates)}")
+    config = {"global": global_cfg}
+    if rule_files:
+        config["rule_files"] = [str(path) for path in rule_files]
+    config["scrape_configs"] = [
+        {
+            "job_name": job["job"],
+            "metrics_path": job.get("metrics_path", "/metrics"),
+            "static_configs": [{"targets": list(job["targets"])}],
+        }
+        for job in jobs
+    ]
+    return config
 
 
 def lmcache_server_args(plan):
@@ -60,9 +69,14 @@ def lmcache_l2_adapters(plan):
     return l2_adapters(plan["lmcache"])
 
 
-def vllm_container_spec(plan, gpu_index=0):
-    """command/env/devices/mounts/ipc_mode/pid_mode of the vLLM container for GPU ``gpu_index`` of the allocation."""
-    return vllm_spec(plan, int(gpu_index))
+def vllm_container_spec(plan, index=0):
+    """name/port/gpu/command/env/devices/mounts/ipc_mode/pid_mode of vLLM instance ``index`` (one per GPU)."""
+    return vllm_spec(plan, int(index))
+
+
+def vllm_container_specs(plan):
+    """The specs of every vLLM instance of the plan, in index order (one container per GPU)."""
+    return [vllm_spec(plan, i["index"]) for i in plan["vllm_instances"]]
 
 
 def lmcache_container_env(plan):
@@ -79,5 +93,6 @@ class FilterModule:
             "lmcache_server_args": lmcache_server_args,
             "lmcache_l2_adapters": lmcache_l2_adapters,
             "vllm_container_spec": vllm_container_spec,
+            "vllm_container_specs": vllm_container_specs,
             "lmcache_container_env": lmcache_container_env,
         }

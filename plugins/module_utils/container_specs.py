@@ -56,11 +56,16 @@ GPU_ALLOCATION_ERROR = (
 )
 
 
-def vllm_spec(plan, gpu_index=0):
-    """docker_container parameters of the vLLM container serving GPU ``gpu_index`` of the allocation."""
+def vllm_spec(plan, index=0):
+    """docker_container parameters of vLLM instance ``index`` (plan["vllm_instances"]): on rocm it sees exactly
+    GPU ``index`` of the allocation, never a silent GPU 0."""
     vllm = plan["vllm"]
     rocm = plan["flavour"] == "rocm"
-    if rocm and len(plan["gpus"]) <= gpu_index:
+    instances = plan["vllm_instances"]
+    if not 0 <= index < len(instances):
+        raise ValueError(f"vLLM instance {index} does not exist: the plan has {len(instances)} (aic_vllm_instances)")
+    instance = instances[index]
+    if rocm and instance["gpu"] is None:
         raise ValueError(GPU_ALLOCATION_ERROR)
     command = [
         "python3",
@@ -69,7 +74,7 @@ def vllm_spec(plan, gpu_index=0):
         "--host",
         "0.0.0.0",
         "--port",
-        str(plan["ports"]["vllm"]),
+        str(instance["port"]),
         "--model",
         vllm["model"],
         "--served-model-name",
@@ -95,13 +100,16 @@ def vllm_spec(plan, gpu_index=0):
     devices = []
     if rocm:
         env.update(ROCM_ENV)
-        env.update(gpu_visibility([plan["gpus"][gpu_index]]))
+        env.update(gpu_visibility([instance["gpu"]]))
         env.update(HF_HOME=HF_MOUNT, VLLM_CACHE_ROOT=f"{HF_MOUNT}/vllm", TORCH_HOME=f"{HF_MOUNT}/torch")
         mounts.append({"type": "bind", "source": plan["paths"]["hf_home"], "target": HF_MOUNT})
         devices = list(ROCM_DEVICES)
     else:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(vllm["cpu_kvcache_space_gb"])
     return {
+        "name": instance["name"],
+        "port": instance["port"],
+        "gpu": instance["gpu"],
         "command": command,
         "env": env,
         "devices": devices,

@@ -46,6 +46,9 @@ DEFAULTS = {
     "aic_torch_version": "2.12.0",
     "aic_build_jobs": 0,
     "aic_vllm_port": 8000,
+    # vLLM containers per node: 0 = one per GPU of aic_gpus (rocm) or one (cpu). Instance i listens on
+    # aic_vllm_port + i and sees exactly GPU i of the allocation.
+    "aic_vllm_instances": 0,
     "aic_vllm_model": "/opt/aic/models/tiny-llama",
     "aic_vllm_model_name": "tiny-llama",
     "aic_vllm_max_model_len": 256,
@@ -87,11 +90,23 @@ DEFAULTS = {
     "aic_prometheus_port": 9090,
     "aic_prometheus_scrape_interval": "5s",
     "aic_prometheus_image_name": "aic-prometheus",
+    "aic_monitoring_mode": "auto",
+    "aic_docker_host": "",
+    "aic_node_exporter_image": "",
+    "aic_node_exporter_image_name": "aic-node-exporter",
+    "aic_node_exporter_port": 9100,
+    "aic_amd_metrics_exporter_image": "rocm/device-metrics-exporter:v1.5.1",
+    "aic_amd_metrics_exporter_port": 5000,
+    # Optional Grafana (roles/monitoring/tasks/grafana.yml) with the provisioned aic-stack dashboard.
+    "aic_grafana_enabled": False,
+    "aic_grafana_image": "grafana/grafana:13.1.3",
+    "aic_grafana_port": 3000,
 }
 
 INT_FIELDS = {
     "aic_build_jobs": (0, 4096),
     "aic_vllm_port": (1, 65535),
+    "aic_vllm_instances": (0, 64),
     "aic_lmcache_port": (1, 65535),
     "aic_lmcache_http_port": (1, 65535),
     "aic_prometheus_port": (1, 65535),
@@ -113,6 +128,9 @@ INT_FIELDS = {
     "aic_model_head_dim": (1, 100_000),
     "aic_model_kv_dtype_bytes": (1, 16),
     "aic_lmcache_shm_size_gb": (1, 65536),
+    "aic_node_exporter_port": (1, 65535),
+    "aic_amd_metrics_exporter_port": (1, 65535),
+    "aic_grafana_port": (1, 65535),
 }
 LIST_FIELDS = (
     "aic_gpus",
@@ -128,8 +146,11 @@ PORT_FIELDS = (
     "aic_lmcache_http_port",
     "aic_prometheus_port",
     "aic_nixl_telemetry_port",
+    "aic_node_exporter_port",
+    "aic_amd_metrics_exporter_port",
+    "aic_grafana_port",
 )
-BOOL_FIELDS = ("aic_lmcache_direct_io", "aic_lmcache_separate_object_groups")
+BOOL_FIELDS = ("aic_lmcache_direct_io", "aic_lmcache_separate_object_groups", "aic_grafana_enabled")
 FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0), "aic_vllm_gpu_memory_utilization": (0.01, 1.0)}
 NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
 PATH_FIELDS = ("aic_hf_home", "aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
@@ -137,6 +158,11 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
 # Prometheus's own port inside its container; the published host port is aic_prometheus_port.
 PROMETHEUS_INTERNAL_PORT = 9090
+MONITORING_MODES = ("auto", "full", "prometheus_only")
+# L2 backends whose NIXL agent serves telemetry (NIXL_TELEMETRY_PROMETHEUS_PORT) inside the LMCache container.
+NIXL_L2_BACKENDS = ("nixl_posix", "ais_mt", "nfs")
+IMAGE_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*(:[0-9]+/[A-Za-z0-9._/-]+)?:[A-Za-z0-9._-]+$")
+DOCKER_HOST_RE = re.compile(r"^(unix|tcp|ssh|http|https)://\S+$")
 
 
 class PlanError(ValueError):
@@ -273,6 +299,7 @@ def validate(values):
         "aic_image_name",
         "aic_base_image_name",
         "aic_prometheus_image_name",
+        "aic_node_exporter_image_name",
         "aic_base_image_suite",
     ):
         _as_name(name, values[name])
@@ -293,6 +320,17 @@ def validate(values):
         r"[A-Za-z0-9][A-Za-z0-9._/-]*:[A-Za-z0-9._-]+", values["aic_stack_image"]
     ):
         raise PlanError(f"aic_stack_image: {values['aic_stack_image']!r} is not an image reference name:tag")
+    if values["aic_monitoring_mode"] not in MONITORING_MODES:
+        raise PlanError(
+            f"aic_monitoring_mode: {values['aic_monitoring_mode']!r} is not one of {', '.join(MONITORING_MODES)}"
+        )
+    for name in ("aic_node_exporter_image", "aic_amd_metrics_exporter_image", "aic_grafana_image"):
+        if values[name] and not IMAGE_REF_RE.match(values[name]):
+            raise PlanError(f"{name}: {values[name]!r} is not an image reference name:tag")
+    if values["aic_docker_host"] and not DOCKER_HOST_RE.match(values["aic_docker_host"]):
+        raise PlanError(
+            f"aic_docker_host: {values['aic_docker_host']!r} is not a Docker host URL (unix:///path, tcp://host:port, ssh://...)"
+        )
     if not re.match(r"^https?://", values["aic_debian_mirror"]):
         raise PlanError(f"aic_debian_mirror: {values['aic_debian_mirror']!r} must be an http(s) URL")
     for cert in values["aic_extra_ca_certs"]:
@@ -304,13 +342,27 @@ def validate(values):
         if port in seen:
             raise PlanError(f"{name}: port {port} is already used by {seen[port]}")
         seen[port] = name
+    count = vllm_instance_count(values)
+    if values["aic_flavour"] == "rocm" and values["aic_gpus"] and count > len(values["aic_gpus"]):
+        raise PlanError(
+            f"aic_vllm_instances: {count} vLLM containers need {count} GPUs, the allocation aic_gpus has "
+            f"{len(values['aic_gpus'])} ({', '.join(values['aic_gpus'])})"
+        )
+    for i in range(1, count):
+        port = values["aic_vllm_port"] + i
+        if port > 65535 or (port in seen and seen[port] != "aic_vllm_port"):
+            raise PlanError(
+                f"aic_vllm_instances: vLLM instance {i} would listen on port {port}, "
+                + ("outside 1..65535" if port > 65535 else f"already used by {seen[port]}")
+            )
     for name in ("aic_vllm_ipc_mode", "aic_vllm_pid_mode"):
         if values[name] not in NAMESPACE_MODES:
             raise PlanError(f"{name}: {values[name]!r} is not one of lmcache, shareable, host, private or empty")
-    if values["aic_vllm_ipc_mode"] in ("", "private"):
+    if values["aic_vllm_ipc_mode"] not in ("lmcache", "host"):
         raise PlanError(
-            "aic_vllm_ipc_mode: vLLM must share IPC with LMCache (lmcache, shareable or host); without it every "
-            "lookup silently misses"
+            f"aic_vllm_ipc_mode: {values['aic_vllm_ipc_mode']!r} does not share IPC with LMCache; use lmcache (join "
+            "LMCache's shareable namespace) or host (both containers on the host's): without shared IPC vLLM's KV "
+            "reaches LMCache but every lookup silently misses"
         )
     for gpu in values["aic_gpus"]:
         if not re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+", gpu):
@@ -363,6 +415,38 @@ def validate(values):
         )
 
 
+def vllm_instance_count(v):
+    """vLLM containers per node: aic_vllm_instances, or (0) one per GPU on rocm and one on cpu."""
+    if v["aic_vllm_instances"]:
+        return v["aic_vllm_instances"]
+    if v["aic_flavour"] == "rocm":
+        return max(1, len(v["aic_gpus"]))
+    return 1
+
+
+def _vllm_instances(v, stack, host):
+    """One entry per vLLM container: index, container name, port, GPU (None on cpu) and endpoint.
+
+    Instance 0 keeps the plain name ``<stack>-vllm``; names are by index, not GPU id, so a new allocation
+    recreates the same containers instead of leaving the old ones behind.
+    """
+    out = []
+    for i in range(vllm_instance_count(v)):
+        port = v["aic_vllm_port"] + i
+        gpu = v["aic_gpus"][i] if v["aic_flavour"] == "rocm" and i < len(v["aic_gpus"]) else None
+        out.append(
+            {
+                "index": i,
+                "name": f"{stack}-vllm" if i == 0 else f"{stack}-vllm-{i}",
+                "service": "vllm" if i == 0 else f"vllm-{i}",
+                "port": port,
+                "gpu": gpu,
+                "endpoint": f"http://{host}:{port}",
+            }
+        )
+    return out
+
+
 def _l2_dirs(v, work):
     nvme = v["aic_lmcache_nvme_dir"] or posixpath.join(work, "slab", "nvme")
     nfs = v["aic_lmcache_nfs_dir"] or posixpath.join(work, "slab", "nfs")
@@ -374,6 +458,58 @@ def _l2_dirs(v, work):
         "nfs": [posixpath.join(nfs, "lmcache")],
         "gds_l1": [slab],
     }[v["aic_lmcache_l2_backend"]]
+
+
+def _monitoring(v, names, ports):
+    """Exporters next to Prometheus and the jobs that scrape them: one port value for the flag and the target."""
+    stack = v["aic_stack_name"]
+    node_port = ports["node_exporter"]
+    amd_port = ports["amd_metrics_exporter"]
+    node_container = f"{stack}-node-exporter"
+    amd_container = f"{stack}-amd-metrics-exporter"
+    extra_jobs = []
+    if v["aic_lmcache_l2_backend"] in NIXL_L2_BACKENDS:
+        # Scraped, but not required by health: only one NIXL worker wins the port, and only after its first transfer.
+        extra_jobs.append({"job": "nixl", "targets": [f"{names['lmcache']}:{ports['nixl_telemetry']}"]})
+    return {
+        "mode": v["aic_monitoring_mode"],
+        # Empty: the community.docker default (DOCKER_HOST, else the local socket).
+        "docker_host": v["aic_docker_host"],
+        "jobs": extra_jobs,
+        "exporters": [
+            {
+                "name": "node_exporter",
+                "job": "node_exporter",
+                "container": node_container,
+                # Empty: built from Debian's prometheus-node-exporter on the base image.
+                "image": v["aic_node_exporter_image"],
+                "build_name": v["aic_node_exporter_image_name"],
+                "port": node_port,
+                "targets": [f"{node_container}:{node_port}"],
+                "pid_host": True,
+                "enabled": True,
+            },
+            {
+                "name": "amd_metrics_exporter",
+                "job": "amd_metrics_exporter",
+                "container": amd_container,
+                "image": v["aic_amd_metrics_exporter_image"],
+                "build_name": "",
+                "port": amd_port,
+                "targets": [f"{amd_container}:{amd_port}"],
+                "pid_host": False,
+                # AMD GPUs only: there is nothing to export on the cpu flavour.
+                "enabled": v["aic_flavour"] == "rocm",
+            },
+        ],
+        # Optional; started after Prometheus and the exporters, on its own (a failure never stops Prometheus).
+        "grafana": {
+            "enabled": v["aic_grafana_enabled"],
+            "image": v["aic_grafana_image"],
+            "port": ports["grafana"],
+            "container": f"{stack}-grafana",
+        },
+    }
 
 
 def build_plan(inputs):
@@ -396,8 +532,12 @@ def build_plan(inputs):
         "lmcache_http": v["aic_lmcache_http_port"],
         "prometheus": v["aic_prometheus_port"],
         "nixl_telemetry": v["aic_nixl_telemetry_port"],
+        "node_exporter": v["aic_node_exporter_port"],
+        "amd_metrics_exporter": v["aic_amd_metrics_exporter_port"],
+        "grafana": v["aic_grafana_port"],
     }
     host = f"[{bind}]" if ":" in bind else bind
+    instances = _vllm_instances(v, stack, host)
     endpoints = {
         "vllm": f"http://{host}:{ports['vllm']}",
         "lmcache": f"http://{host}:{ports['lmcache_http']}",
@@ -412,6 +552,8 @@ def build_plan(inputs):
         "publish_address": host,
         "network": names["network"],
         "containers": {k: names[k] for k in ("vllm", "lmcache", "prometheus")},
+        # Every vLLM container of the node (instance 0 is containers.vllm / ports.vllm / endpoints.vllm).
+        "vllm_instances": instances,
         "ports": ports,
         "endpoints": endpoints,
         "paths": {
@@ -502,10 +644,11 @@ def build_plan(inputs):
             # Prometheus runs on the stack's bridge network: targets are container names, which resolve there.
             "jobs": [
                 {"job": "prometheus", "targets": [f"localhost:{PROMETHEUS_INTERNAL_PORT}"]},
-                {"job": "vllm", "targets": [f"{names['vllm']}:{ports['vllm']}"]},
+                {"job": "vllm", "targets": [f"{i['name']}:{i['port']}" for i in instances]},
                 {"job": "lmcache", "targets": [f"{names['lmcache']}:{ports['lmcache_http']}"]},
             ],
         },
     }
+    plan["monitoring"] = _monitoring(v, names, ports)
     warnings = [f"{name}: unknown aic_ variable (typo?) is ignored" for name in unknown]
     return plan, warnings

@@ -56,11 +56,18 @@ options:
     default: lmcache_mp_
   l2_reads:
     description:
-      - Check the L2 tier is really read back. With V(required), fail when L2 stores completed (C(lmcache_mp_l2_store_completed_objects_chunks_total)
-        > 0) but no L2 read ever happened (C(lmcache_mp_lookup_hit_l2_tokens_total) and
-        C(lmcache_mp_l2_prefetch_load_completed_chunks_total) both 0 or absent) - the silent failure of a NIXL race,
-        slots smaller than a chunk, or an L2 directory that cannot be written. Run it after a warm-up that re-reads
-        stored prefixes.
+      - Check the L2 tier is really read back. Run it after a warm-up that overflows L1 and re-reads stored
+        prefixes. With V(required) it fails, naming the cause, when
+      - L2 writes fail - chunks submitted to L2 (C(lmcache_mp_l2_store_submitted_objects_chunks_total)) but fewer
+        stored (C(lmcache_mp_l2_store_completed_objects_chunks_total)) - an L2 directory that cannot be written;
+      - fewer than O(l2_min_stored_chunks) chunks were stored at all - no active L2 adapter
+        (C(lmcache_mp_l2_store_adapters{state="active"})), vLLM outside LMCache's IPC namespace (no lookup ever hit,
+        L1 stuck full), or a warm-up that never overflowed L1;
+      - chunks were stored but no L2 read ever happened (C(lmcache_mp_lookup_hit_l2_tokens_total) and
+        C(lmcache_mp_l2_prefetch_load_completed_chunks_total) both 0 or absent). When no lookup hit at all, L1
+        included (C(lmcache_mp_lookup_hit_tokens_total) 0 while C(lmcache_mp_lookup_requested_tokens_total) grew),
+        the cause named is vLLM not sharing LMCache's IPC namespace; otherwise the silent NIXL failure (transfer
+        race, slots smaller than a chunk, stale slot files).
       - V(ignore) skips the check.
     type: str
     choices: [ignore, required]
@@ -109,7 +116,14 @@ l2:
   description: L2 counters read from C(/metrics) (null when absent) and the verdict of the L2 check.
   returned: success
   type: dict
-  sample: {stored_chunks: 12.0, hit_tokens: 256.0, loaded_chunks: 2.0, reads_ok: true}
+  sample:
+    submitted_chunks: 12.0
+    stored_chunks: 12.0
+    hit_tokens: 256.0
+    loaded_chunks: 2.0
+    lookup_requested_tokens: 3328.0
+    lookup_hit_tokens: 512.0
+    reads_ok: true
 elapsed:
   description: Seconds spent by the module, including waiting for C(/healthcheck).
   returned: always
@@ -183,23 +197,61 @@ def run_checks(params, result):
         fail(metrics_url, f"no {prefix} metrics (found {len(families)} families)")
     result["metric_families"] = matching
     stored = sample_value(families, "lmcache_mp_l2_store_completed_objects_chunks_total")
+    submitted = sample_value(families, "lmcache_mp_l2_store_submitted_objects_chunks_total")
     hits = sample_value(families, "lmcache_mp_lookup_hit_l2_tokens_total")
     loaded = sample_value(families, "lmcache_mp_l2_prefetch_load_completed_chunks_total")
+    requested = sample_value(families, "lmcache_mp_lookup_requested_tokens_total")
+    hit_any = sample_value(families, "lmcache_mp_lookup_hit_tokens_total")
+    adapters = sample_value(families, "lmcache_mp_l2_store_adapters", {"state": "active"})
+    alloc_failures = sample_value(families, "lmcache_mp_l1_allocation_failure_chunks_total")
     reads_ok = bool(hits) or bool(loaded)
-    result["l2"] = {"stored_chunks": stored, "hit_tokens": hits, "loaded_chunks": loaded, "reads_ok": reads_ok}
+    result["l2"] = {
+        "submitted_chunks": submitted,
+        "stored_chunks": stored,
+        "hit_tokens": hits,
+        "loaded_chunks": loaded,
+        "lookup_requested_tokens": requested,
+        "lookup_hit_tokens": hit_any,
+        "reads_ok": reads_ok,
+    }
     if params["l2_reads"] == "required":
+        # Every lookup missed (L1 included) although vLLM asked: vLLM's KV reaches LMCache, but vLLM cannot use
+        # LMCache's shared memory, so no lookup ever matches - the silent failure of unshared IPC namespaces.
+        never_hit = (requested or 0) > 0 and not hit_any
+        ipc_cause = (
+            f"every LMCache lookup missed ({int(requested or 0)} tokens requested, 0 hit in L1 or L2) although vLLM "
+            "sent its KV: vLLM does not share LMCache's IPC namespace (run vLLM with "
+            "--ipc=container:<lmcache> and LMCache with --ipc=shareable, or both with --ipc=host)"
+        )
         if (stored or 0) < params["l2_min_stored_chunks"]:
+            if (submitted or 0) > (stored or 0):
+                fail(
+                    metrics_url,
+                    f"L2 writes fail: {int(submitted)} chunk(s) submitted to L2, {int(stored or 0)} stored - the L2 "
+                    "directory is not writable (permissions, read-only or immutable file system) or full; LMCache "
+                    "logs 'Store task ... failed'",
+                )
+            if not adapters:
+                fail(metrics_url, "L2 stored 0 chunks: LMCache has no active L2 adapter (no L2 tier configured)")
+            if never_hit:
+                stuck = f"; {int(alloc_failures)} L1 allocation failures" if alloc_failures else ""
+                fail(metrics_url, f"nothing reached L2 ({int(submitted or 0)} chunks submitted{stuck}) and {ipc_cause}")
             fail(
                 metrics_url,
-                f"L2 stored {int(stored or 0)} chunk(s), expected at least {params['l2_min_stored_chunks']}: "
-                "no L2 tier configured, or the L2 directory is not writable",
+                f"L2 stored {int(stored or 0)} chunk(s), expected at least {params['l2_min_stored_chunks']}: no L2 "
+                "tier configured, or the warm-up never overflowed L1 into L2",
             )
         if not reads_ok:
+            if never_hit:
+                fail(
+                    metrics_url,
+                    f"L2 reads stuck at zero while L2 stores grew ({int(stored)} chunks stored): {ipc_cause}",
+                )
             fail(
                 metrics_url,
                 f"L2 reads stuck at zero while L2 stores grew ({int(stored)} chunks stored, 0 L2 hit tokens, 0 "
-                "prefetched chunks): the silent NIXL failure (concurrent transfer race, slots smaller than a KV chunk, "
-                "or stale slot files)",
+                "prefetched chunks) while L1 lookups hit: the silent NIXL failure (concurrent transfer race, slots "
+                "smaller than a KV chunk, or stale slot files)",
             )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import subprocess
 import sys
 
 import ansible_runner
@@ -66,3 +67,24 @@ def changed_tasks(runner):
 @pytest.fixture(scope="session")
 def session_tmp(tmp_path_factory):
     return tmp_path_factory.mktemp("integration")
+
+
+@pytest.fixture(scope="session")
+def slurm_conf():
+    """Start (or keep) the single-node Slurm of scripts/slurm-up.sh; the path of its slurm.conf."""
+    state = os.environ.get("AIC_SLURM_DIR") or "/var/lib/aic-slurm"
+    proc = subprocess.run(
+        [str(REPO / "scripts" / "slurm-up.sh"), state],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    if proc.returncode != 0:
+        pytest.fail(
+            f"scripts/slurm-up.sh failed (rc {proc.returncode}; scripts/host-deps.sh installs slurm-wlm and munge):\n"
+            f"{proc.stdout}\n{proc.stderr}"
+        )
+    conf = f"{state}/etc/slurm.conf"
+    assert f"SLURM_CONF={conf}" in proc.stdout
+    return conf

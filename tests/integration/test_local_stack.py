@@ -61,7 +61,7 @@ def deployed(session_tmp):
 def test_first_deploy_ends_healthy(deployed):
     # The deploy ends with the health role; its checks are in the event stream.
     tasks = {e["event_data"].get("task") for e in deployed.events if e.get("event") == "runner_on_ok"}
-    assert "Check vLLM (health, model, a completion, vllm metrics)" in tasks
+    assert "Check every vLLM instance (health, model, a completion, vllm metrics)" in tasks
     assert "Check that Prometheus scrapes every expected job" in tasks
 
 

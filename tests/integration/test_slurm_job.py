@@ -26,27 +26,6 @@ SUBMIT_TASK = ("slurm_job", "Submit the job (not in check mode)")
 VENV_BIN = pathlib.Path(sys.executable).parent
 
 
-@pytest.fixture(scope="session")
-def slurm_conf():
-    """Start (or keep) the single-node Slurm of scripts/slurm-up.sh; the path of its slurm.conf."""
-    state = os.environ.get("AIC_SLURM_DIR") or "/var/lib/aic-slurm"
-    proc = subprocess.run(
-        [str(REPO / "scripts" / "slurm-up.sh"), state],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.fail(
-            f"scripts/slurm-up.sh failed (rc {proc.returncode}; scripts/host-deps.sh installs slurm-wlm and munge):\n"
-            f"{proc.stdout}\n{proc.stderr}"
-        )
-    conf = f"{state}/etc/slurm.conf"
-    assert f"SLURM_CONF={conf}" in proc.stdout
-    return conf
-
-
 def slurm(conf, *argv, check=True):
     return subprocess.run(
         list(argv), capture_output=True, text=True, env={**os.environ, "SLURM_CONF": conf}, check=check

@@ -22,6 +22,7 @@ from ansible_collections.aic.stack.plugins.filter.stack import (
     lmcache_server_args,
     prometheus_config,
     vllm_container_spec,
+    vllm_container_specs,
 )
 from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
 
@@ -44,6 +45,7 @@ def test_filter_module_exposes_the_filters():
         "lmcache_server_args": lmcache_server_args,
         "lmcache_l2_adapters": lmcache_l2_adapters,
         "vllm_container_spec": vllm_container_spec,
+        "vllm_container_specs": vllm_container_specs,
         "lmcache_container_env": lmcache_container_env,
     }
 
@@ -265,3 +267,11 @@ def test_promtool_rejects_a_broken_config(tmp_path):
     path.write_text(yaml.safe_dump(prometheus_config(jobs, "5s", scrape_timeout="30s")))
     proc = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0
+
+
+def test_vllm_container_specs_gives_one_spec_per_instance_in_order():
+    plan, _ = build_plan({"aic_vllm_instances": 3})
+    specs = vllm_container_specs(plan)
+    assert [s["name"] for s in specs] == ["aic-vllm", "aic-vllm-1", "aic-vllm-2"]
+    assert [s["command"][s["command"].index("--port") + 1] for s in specs] == ["8000", "8001", "8002"]
+    assert specs[1] == vllm_container_spec(plan, 1)

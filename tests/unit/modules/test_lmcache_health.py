@@ -109,12 +109,26 @@ def test_missing_prometheus_client(lmcache, run_module, monkeypatch):
     assert lmcache.server.paths == []
 
 
-def _l2_metrics(stored, hits, loaded):
+def _l2_metrics(stored, hits, loaded, submitted=None, requested=None, hit_any=None, adapters=1, alloc_failures=None):
     lines = ["# TYPE lmcache_mp_l1_usage_ratio gauge", "lmcache_mp_l1_usage_ratio 0.5"]
+    if adapters is not None:
+        lines += [
+            "# TYPE lmcache_mp_l2_store_adapters gauge",
+            f'lmcache_mp_l2_store_adapters{{l1_tag="_default",state="active"}} {adapters}',
+            'lmcache_mp_l2_store_adapters{l1_tag="_default",state="draining"} 0',
+        ]
+    if alloc_failures is not None:
+        lines += [
+            "# TYPE lmcache_mp_l1_allocation_failure_chunks counter",
+            f'lmcache_mp_l1_allocation_failure_chunks_total{{during="l1_store"}} {alloc_failures}',
+        ]
     for name, value in (
         ("lmcache_mp_l2_store_completed_objects_chunks_total", stored),
+        ("lmcache_mp_l2_store_submitted_objects_chunks_total", submitted),
         ("lmcache_mp_lookup_hit_l2_tokens_total", hits),
         ("lmcache_mp_l2_prefetch_load_completed_chunks_total", loaded),
+        ("lmcache_mp_lookup_requested_tokens_total", requested),
+        ("lmcache_mp_lookup_hit_tokens_total", hit_any),
     ):
         if value is not None:
             lines += [f"# TYPE {name[:-6]} counter", f'{name}{{model_name="m"}} {value}']
@@ -122,22 +136,50 @@ def _l2_metrics(stored, hits, loaded):
 
 
 def test_l2_reads_ok_when_stored_chunks_come_back(lmcache, run_module):
-    lmcache.server.route("/metrics", 200, _l2_metrics(12, 256, 2))
+    lmcache.server.route("/metrics", 200, _l2_metrics(12, 256, 2, submitted=12, requested=3328, hit_any=512))
     result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
     assert result.rc == 0, result.get("msg")
-    assert result["l2"] == {"stored_chunks": 12.0, "hit_tokens": 256.0, "loaded_chunks": 2.0, "reads_ok": True}
+    assert result["l2"] == {
+        "submitted_chunks": 12.0,
+        "stored_chunks": 12.0,
+        "hit_tokens": 256.0,
+        "loaded_chunks": 2.0,
+        "lookup_requested_tokens": 3328.0,
+        "lookup_hit_tokens": 512.0,
+        "reads_ok": True,
+    }
 
 
-def test_l2_reads_stuck_at_zero_while_stores_grow_fails_naming_the_cause(lmcache, run_module):
-    lmcache.server.route("/metrics", 200, _l2_metrics(30, 0, None))
+def test_l2_reads_stuck_at_zero_while_l1_hits_names_the_nixl_failure(lmcache, run_module):
+    lmcache.server.route("/metrics", 200, _l2_metrics(30, 0, None, submitted=30, requested=1024, hit_any=256))
     result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
     assert result.failed
     assert result["msg"].startswith(f"LMCache at {lmcache.url}/metrics: L2 reads stuck at zero while L2 stores grew")
     assert "30 chunks stored" in result["msg"]
+    assert "silent NIXL failure" in result["msg"]
+    assert "IPC" not in result["msg"]
     # Without the option the same metrics pass, and the counters are still reported.
     ignored = run_module(lmcache_health, _args(lmcache))
     assert ignored.rc == 0
     assert ignored["l2"]["reads_ok"] is False
+
+
+def test_no_lookup_ever_hitting_names_unshared_ipc(lmcache, run_module):
+    # Real numbers from a local stack whose vLLM ran with its own IPC namespace.
+    lmcache.server.route("/metrics", 200, _l2_metrics(24, 0, None, submitted=24, requested=3328, hit_any=0))
+    result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
+    assert result.failed
+    assert "every LMCache lookup missed (3328 tokens requested, 0 hit in L1 or L2)" in result["msg"]
+    assert "does not share LMCache's IPC namespace" in result["msg"]
+
+
+def test_l2_writes_failing_name_the_l2_directory(lmcache, run_module):
+    # Real numbers from a local stack whose L2 directory was made immutable: 24 submitted, none stored.
+    lmcache.server.route("/metrics", 200, _l2_metrics(None, 0, None, submitted=24, requested=3328, hit_any=0))
+    result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
+    assert result.failed
+    assert "L2 writes fail: 24 chunk(s) submitted to L2, 0 stored" in result["msg"]
+    assert "L2 directory is not writable" in result["msg"]
 
 
 def test_l2_nothing_stored_fails_when_required(lmcache, run_module):
@@ -145,3 +187,20 @@ def test_l2_nothing_stored_fails_when_required(lmcache, run_module):
     result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
     assert result.failed
     assert "L2 stored 0 chunk(s), expected at least 1" in result["msg"]
+    assert "never overflowed L1" in result["msg"]
+
+
+def test_no_active_l2_adapter_is_named(lmcache, run_module):
+    lmcache.server.route("/metrics", 200, _l2_metrics(None, None, None, requested=512, hit_any=0, adapters=0))
+    result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
+    assert result.failed
+    assert "no active L2 adapter" in result["msg"]
+
+
+def test_unshared_ipc_with_l1_stuck_full_and_nothing_in_l2_names_the_ipc_namespace(lmcache, run_module):
+    # Real numbers from a local stack whose vLLM ran in its own IPC namespace: L1 filled, never drained to L2.
+    lmcache.server.route("/metrics", 200, _l2_metrics(None, None, None, requested=3072, hit_any=0, alloc_failures=16))
+    result = run_module(lmcache_health, _args(lmcache, l2_reads="required"))
+    assert result.failed
+    assert "nothing reached L2 (0 chunks submitted; 16 L1 allocation failures)" in result["msg"]
+    assert "does not share LMCache's IPC namespace" in result["msg"]

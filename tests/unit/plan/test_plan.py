@@ -78,6 +78,7 @@ NON_DEFAULTS = {
     "aic_pip_packages": ["vllm==0.1"],
     "aic_pip_nodeps_packages": ["nixl==1.0"],
     "aic_vllm_port": 18000,
+    "aic_vllm_instances": 2,
     "aic_vllm_model": "org/model-7b",
     "aic_vllm_model_name": "model-7b",
     "aic_vllm_max_model_len": 4096,
@@ -93,6 +94,16 @@ NON_DEFAULTS = {
     "aic_prometheus_port": 19090,
     "aic_prometheus_scrape_interval": "15s",
     "aic_prometheus_image_name": "lab-prometheus",
+    "aic_monitoring_mode": "prometheus_only",
+    "aic_docker_host": "unix:///run/lab/docker.sock",
+    "aic_node_exporter_image": "quay.io/prometheus/node-exporter:v1.12.1",
+    "aic_node_exporter_image_name": "lab-node-exporter",
+    "aic_node_exporter_port": 19100,
+    "aic_amd_metrics_exporter_image": "rocm/device-metrics-exporter:v1.6.0",
+    "aic_amd_metrics_exporter_port": 15050,
+    "aic_grafana_enabled": True,
+    "aic_grafana_image": "grafana/grafana:12.0.0",
+    "aic_grafana_port": 13000,
 }
 
 
@@ -137,6 +148,9 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "lmcache_http": 8080,
         "prometheus": 9090,
         "nixl_telemetry": 19090,
+        "node_exporter": 9100,
+        "amd_metrics_exporter": 5000,
+        "grafana": 3000,
     }
     assert plan["endpoints"] == {
         "vllm": "http://127.0.0.1:8000",
@@ -252,6 +266,9 @@ def test_endpoints_names_and_scrape_jobs_follow_the_ports(inputs):
         "lmcache_http": values["aic_lmcache_http_port"],
         "prometheus": values["aic_prometheus_port"],
         "nixl_telemetry": values["aic_nixl_telemetry_port"],
+        "node_exporter": values["aic_node_exporter_port"],
+        "amd_metrics_exporter": values["aic_amd_metrics_exporter_port"],
+        "grafana": values["aic_grafana_port"],
     }
     stack = values["aic_stack_name"]
     assert plan["network"] == stack
@@ -638,3 +655,64 @@ def test_argument_spec_types_fit_the_plan(name):
 
 def test_argument_spec_flavour_choices():
     assert set(_spec_options()["aic_flavour"]["choices"]) == {"", *FLAVOURS}
+
+
+# --- vLLM instances: one container per GPU -------------------------------------------------------------------
+
+
+def rocm_inputs(**extra):
+    return {"aic_flavour": "rocm", "aic_vllm_model": "org/m", **extra}
+
+
+def test_rocm_runs_one_vllm_per_gpu_of_the_allocation_each_on_its_own_port():
+    plan, _ = build_plan(rocm_inputs(aic_gpus=["4", "5", "7"]))
+    instances = plan["vllm_instances"]
+    assert [i["gpu"] for i in instances] == ["4", "5", "7"]
+    assert [i["port"] for i in instances] == [8000, 8001, 8002]
+    assert [i["name"] for i in instances] == ["aic-vllm", "aic-vllm-1", "aic-vllm-2"]
+    assert [i["endpoint"] for i in instances][2] == "http://127.0.0.1:8002"
+    # instance 0 is the stack's primary vLLM; Prometheus scrapes every instance.
+    assert plan["containers"]["vllm"] == instances[0]["name"]
+    vllm_job = next(j for j in plan["prometheus"]["jobs"] if j["job"] == "vllm")
+    assert vllm_job["targets"] == ["aic-vllm:8000", "aic-vllm-1:8001", "aic-vllm-2:8002"]
+
+
+def test_cpu_runs_one_vllm_unless_asked_for_more():
+    plan, _ = build_plan({})
+    assert [(i["name"], i["port"], i["gpu"]) for i in plan["vllm_instances"]] == [("aic-vllm", 8000, None)]
+    plan, _ = build_plan({"aic_vllm_instances": "2"})
+    assert [(i["name"], i["port"], i["gpu"]) for i in plan["vllm_instances"]] == [
+        ("aic-vllm", 8000, None),
+        ("aic-vllm-1", 8001, None),
+    ]
+
+
+def test_explicit_instance_count_uses_the_first_gpus():
+    plan, _ = build_plan(rocm_inputs(aic_gpus=["2", "3", "6"], aic_vllm_instances=2))
+    assert [i["gpu"] for i in plan["vllm_instances"]] == ["2", "3"]
+
+
+def test_more_vllm_instances_than_gpus_is_rejected_naming_the_allocation():
+    message = plan_error(rocm_inputs(aic_gpus=["2", "3"], aic_vllm_instances=3))
+    assert_names(message, "aic_vllm_instances", "aic_gpus", "2, 3")
+
+
+def test_a_vllm_instance_port_colliding_with_another_service_is_rejected():
+    # instance 1 would take 8001 = the LMCache HTTP port.
+    message = plan_error({"aic_vllm_instances": 2, "aic_lmcache_http_port": 8001})
+    assert_names(message, "aic_vllm_instances", "8001", "aic_lmcache_http_port")
+    message = plan_error({"aic_vllm_instances": 3, "aic_vllm_port": 65534})
+    assert_names(message, "aic_vllm_instances", "65536")
+
+
+@pytest.mark.parametrize("mode", ["shareable", "private", "none"])
+def test_a_vllm_ipc_mode_that_does_not_share_with_lmcache_is_rejected(mode):
+    # LMCache is always shareable (or host with vLLM on host): a vLLM in its own namespace silently never hits.
+    message = plan_error({"aic_vllm_ipc_mode": mode})
+    assert_names(message, "aic_vllm_ipc_mode")
+    assert "does not share IPC with LMCache" in message or "is not one of" in message
+
+
+@pytest.mark.parametrize("mode", ["lmcache", "host"])
+def test_vllm_ipc_modes_that_share_with_lmcache_are_accepted(mode):
+    assert build_plan({"aic_vllm_ipc_mode": mode})[0]["vllm"]["ipc_mode"] == mode

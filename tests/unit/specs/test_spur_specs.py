@@ -104,6 +104,22 @@ def test_vllm_spec_carries_every_spur_default(plan):
     golden("spur-vllm-spec.json", spec)
 
 
+def test_spur_job_with_four_gpus_runs_four_vllm_containers_each_on_its_own_gpu():
+    plan = build_plan(spur_inputs(aic_gpus="1,3,4,6"))[0]
+    specs = [vllm_spec(plan, i) for i in range(len(plan["vllm_instances"]))]
+    assert [s["name"] for s in specs] == ["aic-vllm", "aic-vllm-1", "aic-vllm-2", "aic-vllm-3"]
+    # Each container sees exactly its GPU of the allocation, renumbered to device 0 for HIP.
+    assert [s["env"]["ROCR_VISIBLE_DEVICES"] for s in specs] == ["1", "3", "4", "6"]
+    assert {s["env"]["HIP_VISIBLE_DEVICES"] for s in specs} == {"0"}
+    assert [arg(s["command"], "--port") for s in specs] == ["8000", "8001", "8002", "8003"]
+    # All of them share the one LMCache server, which sees the whole allocation.
+    assert {s["ipc_mode"] for s in specs} == {"container:aic-lmcache"}
+    assert lmcache_env(plan)["ROCR_VISIBLE_DEVICES"] == "1,3,4,6"
+    with pytest.raises(ValueError, match="vLLM instance 4 does not exist"):
+        vllm_spec(plan, 4)
+    golden("spur-vllm-spec-gpu3.json", specs[3])
+
+
 def test_spur_without_a_gpu_allocation_never_falls_back_to_gpu0():
     plan = build_plan(spur_inputs(aic_gpus=""))[0]  # a build needs no GPU
     with pytest.raises(ValueError, match="^aic_gpus: no GPU allocation"):

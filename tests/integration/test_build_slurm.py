@@ -1,0 +1,62 @@
+"""image_build_where=slurm on the real single-node Slurm: the build runs as a batch job on the node, the play's
+result is the job's, and the job's output lands in logs/<job id>/. A failing build fails the job and the play and
+ships nothing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from .conftest import REPO, failures, run_playbook
+from .test_build import CURRENT, snapshot
+
+pytestmark = pytest.mark.integration
+
+
+def build_in_slurm(session_tmp, slurm_conf, **extra):
+    return run_playbook(
+        "playbooks/build.yml",
+        session_tmp,
+        extravars={"image_build_where": "slurm", "slurm_job_client_env": {"SLURM_CONF": slurm_conf}, **extra},
+    )
+
+
+def job_id(runner):
+    for event in runner.events:
+        res = event.get("event_data", {}).get("res", {})
+        if event.get("event") == "runner_on_ok" and "slurm_job_id" in res.get("ansible_facts", {}):
+            return str(res["ansible_facts"]["slurm_job_id"])
+    for event in runner.events:
+        stdout = str(event.get("stdout", ""))
+        if "Submitted batch job" in stdout:
+            return stdout.split("Submitted batch job")[1].split()[0]
+    raise AssertionError("no job id in the events")
+
+
+def test_build_runs_as_a_slurm_job_and_its_log_is_collected(session_tmp, slurm_conf):
+    before = snapshot()
+    runner = build_in_slurm(session_tmp, slurm_conf)
+    assert runner.status == "successful", failures(runner)
+    out = (REPO / "logs" / job_id(runner) / "aic-build.out").read_text()
+    # The job ran the build playbook itself; the images exist, so it built and saved nothing.
+    assert "TASK [image_build : Compute the stack image tag from every build input]" in out
+    assert "changed=0" in out and "failed=0" in out
+    assert snapshot() == before
+
+
+def test_a_failing_build_fails_the_job_and_the_play_and_ships_nothing(session_tmp, slurm_conf):
+    before = snapshot()
+    current = json.loads(CURRENT.read_text())
+    runner = build_in_slurm(
+        session_tmp,
+        slurm_conf,
+        image_build_slurm_extra_vars={"image_build_extra_steps": ["echo injected build failure >&2; exit 3"]},
+    )
+    assert runner.status == "failed"
+    message = " ".join(failures(runner))
+    assert "exited with code 2" in message, message  # ansible-playbook's exit code for a failed task
+    out = (REPO / "logs" / job_id(runner) / "aic-build.out").read_text()
+    assert "injected build failure" in out
+    assert snapshot() == before
+    assert json.loads(CURRENT.read_text()) == current

@@ -1,0 +1,148 @@
+"""One vLLM container per GPU, proven on CPU: several vLLM instances share one LMCache server.
+
+On the local stack ``aic_vllm_instances`` stands in for the GPU count (on rocm there is one instance per GPU of
+the allocation). The module also covers what a change of the stack does to running containers: an LMCache setting
+restarts LMCache and then vLLM; fewer instances remove the extra container; teardown with vLLM in LMCache's PID
+namespace stops the namespace's processes before removing containers.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+import docker
+import pytest
+import requests
+
+from .conftest import changed_tasks, failures, run_playbook
+from .test_l2_tier import prompt
+from .test_local_stack import MODEL, PROMETHEUS, metric, wait_healthy
+
+pytestmark = pytest.mark.integration
+
+VLLM0 = "http://127.0.0.1:8000"
+VLLM1 = "http://127.0.0.1:8001"
+# A non-default LMCache setting: changes LMCache's command line, nothing of vLLM's.
+LMCACHE_CHANGE = {"aic_lmcache_worker_reap_timeout": 1800}
+TWO = {**LMCACHE_CHANGE, "aic_vllm_instances": 2, "aic_vllm_pid_mode": "lmcache"}
+
+
+def state(name):
+    return docker.from_env().containers.get(name).attrs["State"]
+
+
+def complete(base, prompt, max_tokens=4):
+    response = requests.post(
+        f"{base}/v1/completions",
+        json={"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["text"]
+
+
+def vllm_metric(base, name):
+    return metric(requests.get(f"{base}/metrics", timeout=10).text, name)
+
+
+@pytest.fixture(scope="module")
+def default_stack(session_tmp):
+    runner = run_playbook("deploy.yml", session_tmp)
+    assert runner.status == "successful", failures(runner)
+
+
+def test_changing_an_lmcache_setting_restarts_lmcache_then_vllm(default_stack, session_tmp):
+    before = {name: state(name)["StartedAt"] for name in ("aic-lmcache", "aic-vllm")}
+    runner = run_playbook("deploy.yml", session_tmp, extravars=LMCACHE_CHANGE)
+    assert runner.status == "successful", failures(runner)
+    changed = {task for _, task in changed_tasks(runner)}
+    assert "Run the LMCache server" in changed, changed
+    assert "Run vLLM with the LMCache multi-process connector" in changed, changed
+    lmcache, vllm = state("aic-lmcache"), state("aic-vllm")
+    assert lmcache["StartedAt"] != before["aic-lmcache"]
+    assert vllm["StartedAt"] != before["aic-vllm"]
+    # vLLM came up after the LMCache it attaches to (a vLLM left under a restarted LMCache hangs).
+    assert vllm["StartedAt"] > lmcache["StartedAt"]
+    args = docker.from_env().containers.get("aic-lmcache").attrs["Args"]
+    assert args[args.index("--worker-reap-timeout-seconds") + 1] == "1800"
+    success = vllm_metric(VLLM0, "vllm:request_success_total")
+    complete(VLLM0, "The capital of France is")
+    assert vllm_metric(VLLM0, "vllm:request_success_total") == success + 1
+
+
+@pytest.fixture(scope="module")
+def two_instances(default_stack, session_tmp):
+    runner = run_playbook("deploy.yml", session_tmp, extravars=TWO)
+    assert runner.status == "successful", failures(runner)
+    return runner
+
+
+def test_each_instance_runs_in_its_own_container_on_its_own_port(two_instances):
+    client = docker.from_env()
+    for name, port in (("aic-vllm", 8000), ("aic-vllm-1", 8001)):
+        container = client.containers.get(name)
+        assert container.status == "running"
+        assert container.labels["ai.aic.vllm-instance"] == name
+        assert container.attrs["HostConfig"]["PortBindings"] == {
+            f"{port}/tcp": [{"HostIp": "127.0.0.1", "HostPort": str(port)}]
+        }
+        lmcache_id = client.containers.get("aic-lmcache").id
+        assert container.attrs["HostConfig"]["IpcMode"] == f"container:{lmcache_id}"
+        assert container.attrs["HostConfig"]["PidMode"] == f"container:{lmcache_id}"
+    for base in (VLLM0, VLLM1):
+        models = requests.get(f"{base}/v1/models", timeout=10).json()["data"]
+        assert [m["id"] for m in models] == [MODEL]
+
+
+def test_prometheus_scrapes_every_instance(two_instances):
+    deadline = time.monotonic() + 60
+    while True:
+        targets = requests.get(f"{PROMETHEUS}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+        vllm = sorted((t["labels"]["instance"], t["health"]) for t in targets if t["labels"]["job"] == "vllm")
+        if vllm == [("aic-vllm-1:8001", "up"), ("aic-vllm:8000", "up")] or time.monotonic() > deadline:
+            break
+        time.sleep(2)
+    assert vllm == [("aic-vllm-1:8001", "up"), ("aic-vllm:8000", "up")]
+
+
+def test_kv_stored_through_one_instance_is_an_external_hit_in_the_other(two_instances):
+    text = prompt(time.time_ns())  # ~190 tokens: one full 128-token chunk, never seen before
+    complete(VLLM0, text, max_tokens=1)
+    time.sleep(3)  # LMCache stores the chunk asynchronously (milliseconds for the tiny model)
+    hits_before = vllm_metric(VLLM1, "vllm:external_prefix_cache_hits_total")
+    complete(VLLM1, text, max_tokens=1)
+    assert vllm_metric(VLLM1, "vllm:external_prefix_cache_hits_total") - hits_before > 0
+
+
+def test_rerun_with_two_instances_changes_nothing(two_instances, session_tmp):
+    runner = run_playbook("deploy.yml", session_tmp, extravars=TWO)
+    assert runner.status == "successful", failures(runner)
+    assert changed_tasks(runner) == []
+
+
+def test_fewer_instances_remove_the_extra_container(two_instances, session_tmp):
+    started = state("aic-vllm")["StartedAt"]
+    runner = run_playbook("deploy.yml", session_tmp, extravars={**TWO, "aic_vllm_instances": 1})
+    assert runner.status == "successful", failures(runner)
+    names = [c.name for c in docker.from_env().containers.list(all=True, filters={"label": "ai.aic.service=vllm"})]
+    assert names == ["aic-vllm"]
+    assert state("aic-vllm")["StartedAt"] == started, "instance 0 was restarted"
+    wait_healthy(f"{VLLM0}/health")
+
+
+def test_teardown_stops_the_shared_pid_namespace_before_removing(two_instances, session_tmp):
+    runner = run_playbook("playbooks/teardown.yml", session_tmp, extravars={**TWO, "aic_vllm_instances": 1})
+    assert runner.status == "successful", failures(runner)
+    reports = [
+        e["event_data"]["res"]["msg"]
+        for e in runner.events
+        if e.get("event") == "runner_on_ok"
+        and e["event_data"].get("task") == "Report the processes stopped in the shared PID namespace"
+    ]
+    assert len(reports) == 1
+    assert any("vllm.entrypoints.openai.api_server" in cmd for cmd in reports[0]["signalled"]), reports
+    client = docker.from_env()
+    assert client.containers.list(all=True, filters={"label": "ai.aic.stack=aic"}) == []
+    leftover = subprocess.run(["pgrep", "-f", "vllm.entrypoints"], capture_output=True, text=True)
+    assert leftover.stdout.strip() == "", f"vLLM processes survived teardown: {leftover.stdout}"

@@ -1,0 +1,162 @@
+"""The monitoring role's rules and scrape config, checked by the real promtool (Debian's prometheus package).
+
+The rules file is a Jinja template (the slab-disk alert names the slab directory's filesystem); it is rendered
+here the way the role renders it, then checked with ``promtool check rules`` and unit-tested with
+``promtool test rules``. prometheus.yml comes from the same plan values through the ``prometheus_config`` filter.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+
+import jinja2
+import pytest
+import yaml
+
+from ansible_collections.aic.stack.plugins.filter.stack import prometheus_config
+from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
+
+HERE = pathlib.Path(__file__).parent
+REPO = HERE.parents[2]
+TEMPLATE = REPO / "roles" / "monitoring" / "templates" / "aic-rules.yml.j2"
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) is not installed")
+
+
+def render_rules(slab_dir="/var/lib/aic/slab/nvme/lmcache", mountpoint="/var/lib/aic", ratio=0.1):
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    return env.from_string(TEMPLATE.read_text()).render(
+        _monitoring_slab_dir=slab_dir,
+        _monitoring_slab_mountpoint=mountpoint,
+        monitoring_slab_free_ratio_alert=ratio,
+    )
+
+
+def promtool(*args, cwd=None):
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def rules_file(tmp_path):
+    path = tmp_path / "aic.yml"
+    path.write_text(render_rules())
+    return path
+
+
+def all_rules(text):
+    return [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
+
+
+def test_rules_have_the_recording_rules_and_the_four_alerts():
+    rules = all_rules(render_rules())
+    alerts = {rule["alert"] for rule in rules if "alert" in rule}
+    assert alerts == {
+        "AicTargetDown",
+        "AicVllmNoSuccessfulRequests",
+        "AicLmcacheL2ReadsStuckAtZero",
+        "AicSlabDiskNearlyFull",
+    }
+    records = [rule["record"] for rule in rules if "record" in rule]
+    assert "aic:vllm:kv_cache_usage_with_blocks" in records
+    assert all(record.startswith("aic:") for record in records)
+
+
+def test_slab_alert_watches_the_slab_filesystem():
+    rules = {r.get("alert"): r for r in all_rules(render_rules("/mnt/nvme/aic/lmcache", "/mnt/nvme", 0.05))}
+    expr = rules["AicSlabDiskNearlyFull"]["expr"]
+    assert 'mountpoint="/mnt/nvme"' in expr
+    assert "< 0.05" in expr
+    assert "/mnt/nvme/aic/lmcache" in rules["AicSlabDiskNearlyFull"]["annotations"]["description"]
+
+
+@needs_promtool
+def test_promtool_check_rules(rules_file):
+    result = promtool("check", "rules", str(rules_file))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@needs_promtool
+def test_promtool_unit_tests_the_l2_reads_stuck_alert(tmp_path, rules_file):
+    shutil.copy(HERE / "l2_reads_stuck_test.yml", tmp_path / "l2_reads_stuck_test.yml")
+    result = promtool("test", "rules", "l2_reads_stuck_test.yml", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout
+
+
+@needs_promtool
+def test_promtool_rejects_a_wrong_expectation(tmp_path, rules_file):
+    """The promtool test above is not vacuous: flipping an expectation fails."""
+    doc = yaml.safe_load((HERE / "l2_reads_stuck_test.yml").read_text())
+    doc["tests"][2]["alert_rule_test"][0]["exp_alerts"] = doc["tests"][1]["alert_rule_test"][0]["exp_alerts"]
+    (tmp_path / "broken_test.yml").write_text(yaml.safe_dump(doc))
+    result = promtool("test", "rules", "broken_test.yml", cwd=tmp_path)
+    assert result.returncode != 0
+
+
+def scrape_config(plan, running):
+    exporters = [e for e in plan["monitoring"]["exporters"] if e["name"] in running]
+    jobs = plan["prometheus"]["jobs"] + plan["monitoring"]["jobs"] + exporters
+    return prometheus_config(
+        jobs, plan["prometheus"]["scrape_interval"], labels={"stack": plan["stack_name"]}, rule_files=["rules/*.yml"]
+    )
+
+
+@needs_promtool
+@pytest.mark.parametrize(
+    "inputs, running",
+    [
+        ({}, ["node_exporter"]),
+        ({"aic_lmcache_l2_backend": "nixl_posix", "aic_lmcache_posix_slot_size": 131072}, []),
+        (
+            {"aic_flavour": "rocm", "aic_gpus": "2", "aic_vllm_model": "org/m"},
+            ["node_exporter", "amd_metrics_exporter"],
+        ),
+    ],
+    ids=["cpu", "cpu-nixl-prometheus-only", "rocm"],
+)
+def test_promtool_check_config(tmp_path, inputs, running):
+    plan, _ = build_plan(inputs)
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "aic.yml").write_text(render_rules())
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(plan, running)))
+    result = promtool("check", "config", str(tmp_path / "prometheus.yml"))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_scrape_targets_come_from_the_plan_ports():
+    plan, _ = build_plan(
+        {
+            "aic_stack_name": "lab",
+            "aic_flavour": "rocm",
+            "aic_gpus": "0",
+            "aic_vllm_model": "org/m",
+            "aic_lmcache_l2_backend": "nixl_posix",
+            "aic_vllm_port": 18000,
+            "aic_lmcache_http_port": 18080,
+            "aic_nixl_telemetry_port": 19191,
+            "aic_node_exporter_port": 19100,
+            "aic_amd_metrics_exporter_port": 15050,
+        }
+    )
+    config = scrape_config(plan, ["node_exporter", "amd_metrics_exporter"])
+    targets = {job["job_name"]: job["static_configs"][0]["targets"] for job in config["scrape_configs"]}
+    assert targets["vllm"] == ["lab-vllm:18000"]
+    assert targets["lmcache"] == ["lab-lmcache:18080"]
+    assert targets["nixl"] == ["lab-lmcache:19191"]
+    assert targets["node_exporter"] == ["lab-node-exporter:19100"]
+    assert targets["amd_metrics_exporter"] == ["lab-amd-metrics-exporter:15050"]
+    assert config["rule_files"] == ["rules/*.yml"]
+
+
+def test_only_running_exporters_are_scraped():
+    plan, _ = build_plan({})
+    jobs = {job["job_name"] for job in scrape_config(plan, [])["scrape_configs"]}
+    assert jobs == {"prometheus", "vllm", "lmcache"}
+
+
+def test_duplicate_jobs_are_refused():
+    with pytest.raises(ValueError, match="duplicate scrape job names: vllm"):
+        prometheus_config([{"job": "vllm", "targets": ["a:1"]}, {"job": "vllm", "targets": ["b:1"]}])
