@@ -5,7 +5,7 @@ INVENTORY ?= inventories/local
 BIN := $(VENV)/bin
 PLAYBOOK := $(BIN)/ansible-playbook -i $(INVENTORY)
 
-.PHONY: setup build deploy down test lint unit integration molecule
+.PHONY: setup build deploy down test lint unit integration molecule cliff-kvd cliff-spur-l2
 .DEFAULT_GOAL := deploy
 
 ## setup: create the venv with the pinned requirements and link the repo as the collection aic.stack
@@ -48,3 +48,20 @@ integration: setup
 
 molecule: setup
 	molecule/run.sh
+
+## cliff-kvd / cliff-spur-l2: the KV-cache cliff benchmark (playbooks/bench.yml) on INVENTORY's stack. Every
+## override is explicit and an empty one means the profile's default: CLIFF_CONCURRENCY=1,2,4 CLIFF_ITERATIONS=1
+## CLIFF_ARMS=dram,nvme CLIFF_ISL= CLIFF_PREFIX_TOKENS= CLIFF_JOB=<results dir name under logs/>
+CLIFF_CONCURRENCY ?=
+CLIFF_ITERATIONS ?=
+CLIFF_ARMS ?=
+CLIFF_ISL ?=
+CLIFF_PREFIX_TOKENS ?=
+CLIFF_JOB ?=
+CLIFF_VARS = -e '{"cliff_bench_job_id": "$(CLIFF_JOB)", "cliff_bench_overrides": {"concurrency": "$(CLIFF_CONCURRENCY)", "iterations": "$(CLIFF_ITERATIONS)", "arms": "$(CLIFF_ARMS)", "isl": "$(CLIFF_ISL)", "prefix_tokens": "$(CLIFF_PREFIX_TOKENS)"}}'
+
+cliff-kvd: setup
+	$(PLAYBOOK) playbooks/bench.yml -e cliff_bench_profile=cliff_kvd $(CLIFF_VARS)
+
+cliff-spur-l2: setup
+	$(PLAYBOOK) playbooks/bench.yml -e cliff_bench_profile=cliff_spur_l2 $(CLIFF_VARS)

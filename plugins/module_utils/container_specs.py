@@ -94,7 +94,9 @@ def vllm_spec(plan, index=0):
         ]
     else:
         command += ["--enforce-eager"]
-    command += ["--kv-transfer-config", kv_transfer_config(plan)] + list(vllm["extra_args"])
+    if vllm.get("lmcache", True):
+        command += ["--kv-transfer-config", kv_transfer_config(plan)]
+    command += list(vllm["extra_args"])
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     mounts = []
     devices = []

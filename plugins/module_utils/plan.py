@@ -60,6 +60,8 @@ DEFAULTS = {
     "aic_vllm_ipc_mode": "lmcache",
     "aic_vllm_pid_mode": "",
     "aic_vllm_heartbeat_interval": 900,
+    # Connect vLLM to LMCache (LMCacheMPConnector). False: GPU prefix cache only (the cliff benchmark's vram arm).
+    "aic_vllm_lmcache": True,
     "aic_gpus": [],
     "aic_hf_home": "",
     "aic_lmcache_port": 5555,
@@ -150,7 +152,7 @@ PORT_FIELDS = (
     "aic_amd_metrics_exporter_port",
     "aic_grafana_port",
 )
-BOOL_FIELDS = ("aic_lmcache_direct_io", "aic_lmcache_separate_object_groups", "aic_grafana_enabled")
+BOOL_FIELDS = ("aic_vllm_lmcache", "aic_lmcache_direct_io", "aic_lmcache_separate_object_groups", "aic_grafana_enabled")
 FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0), "aic_vllm_gpu_memory_utilization": (0.01, 1.0)}
 NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
 PATH_FIELDS = ("aic_hf_home", "aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
@@ -611,6 +613,7 @@ def build_plan(inputs):
             "ipc_mode": v["aic_vllm_ipc_mode"],
             "pid_mode": v["aic_vllm_pid_mode"],
             "heartbeat_interval": v["aic_vllm_heartbeat_interval"],
+            "lmcache": v["aic_vllm_lmcache"],
         },
         "lmcache": {
             "l1_size_gb": v["aic_lmcache_l1_size_gb"],

@@ -46,6 +46,7 @@ NON_DEFAULTS = {
     "aic_vllm_ipc_mode": "host",
     "aic_vllm_pid_mode": "lmcache",
     "aic_vllm_heartbeat_interval": 60,
+    "aic_vllm_lmcache": False,
     "aic_gpus": ["4", "5"],
     "aic_hf_home": "/shared/hf",
     "aic_lmcache_max_gpu_workers": 4,
@@ -191,6 +192,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "ipc_mode": "lmcache",
         "pid_mode": "",
         "heartbeat_interval": 900,
+        "lmcache": True,
     }
     assert plan["lmcache"] == {
         "l1_size_gb": 1,
@@ -716,3 +718,13 @@ def test_a_vllm_ipc_mode_that_does_not_share_with_lmcache_is_rejected(mode):
 @pytest.mark.parametrize("mode", ["lmcache", "host"])
 def test_vllm_ipc_modes_that_share_with_lmcache_are_accepted(mode):
     assert build_plan({"aic_vllm_ipc_mode": mode})[0]["vllm"]["ipc_mode"] == mode
+
+
+def test_vllm_without_lmcache_has_no_kv_transfer_config():
+    from ansible_collections.aic.stack.plugins.module_utils.container_specs import vllm_spec
+
+    with_cache = vllm_spec(build_plan({})[0])["command"]
+    without = vllm_spec(build_plan({"aic_vllm_lmcache": "false"})[0])["command"]
+    assert "--kv-transfer-config" in with_cache
+    assert "--kv-transfer-config" not in without
+    assert len(with_cache) - len(without) == 2
