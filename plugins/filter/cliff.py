@@ -7,6 +7,15 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.aic.stack.plugins.module_utils import cliff
 
 
+def cliff_overrides(site, operator=None):
+    """The run's profile overrides: ``site`` (the inventory's) with ``operator``'s over them; an empty operator value
+    keeps the default."""
+    try:
+        return cliff.merge_overrides(site, operator)
+    except cliff.CliffConfigError as exc:
+        raise AnsibleFilterError(f"cliff_bench: {exc}") from exc
+
+
 def cliff_profile(name, overrides=None, user_profiles=None):
     """The resolved profile ``name`` (built-in or user-defined); empty override values keep the default."""
     try:
@@ -43,6 +52,7 @@ def cliff_cli_sets(overrides):
 class FilterModule:
     def filters(self):
         return {
+            "cliff_overrides": cliff_overrides,
             "cliff_profile": cliff_profile,
             "cliff_arm_overrides": cliff_arm_overrides,
             "cliff_cli_sets": cliff_cli_sets,

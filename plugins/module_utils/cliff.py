@@ -284,6 +284,18 @@ def _merge(profile, layer, source):
         profile[key] = _validate_value(key, value)
 
 
+def merge_overrides(site=None, operator=None):
+    """The overrides of a run: the site's (the inventory's ``cliff_bench_site_overrides``) with the operator's
+    (``cliff_bench_overrides``, e.g. ``make CLIFF_*``) over them, where an empty operator value keeps the site's or
+    the profile's default. Keys and values are checked later, by :func:`resolve_profile`."""
+    for source, layer in (("site overrides", site), ("overrides", operator)):
+        if layer is not None and not isinstance(layer, dict):
+            raise CliffConfigError(f"{source}: expected a mapping of profile keys, got {layer!r}")
+    merged = dict(site or {})
+    merged.update({key: value for key, value in (operator or {}).items() if not is_default(value)})
+    return merged
+
+
 def available_profiles(user_profiles=None):
     """Names of the built-in plus user-defined profiles."""
     return sorted(set(PROFILES) | {profile_name(n) for n in (user_profiles or {})})
@@ -1064,9 +1076,22 @@ def _pyplot():
     return plt
 
 
-def _figure(plt):
+def _plot(rows, cliffs=None):
+    """pyplot, a figure of PLOT_SIZE_PX and its axes, the per-arm summary of ``rows``, their cliffs (``cliffs`` when
+    given) and the concurrency ladder."""
+    plt = _pyplot()
+    summary = arm_summary(rows)
+    cliffs = cliffs if cliffs is not None else arm_cliffs(rows)
     width, height = PLOT_SIZE_PX
-    return plt.subplots(figsize=(width / PLOT_DPI, height / PLOT_DPI), dpi=PLOT_DPI)
+    fig, ax = plt.subplots(figsize=(width / PLOT_DPI, height / PLOT_DPI), dpi=PLOT_DPI)
+    ladder = sorted({e["concurrency"] for entries in summary.values() for e in entries})
+    return plt, fig, ax, summary, cliffs, ladder
+
+
+def _series(entries, key):
+    """The concurrency levels and the values of ``key`` of the summary ``entries`` that have one."""
+    points = [(e["concurrency"], e[key]) for e in entries if e[key] is not None]
+    return [c for c, _ in points], [value for _, value in points]
 
 
 def _finish(plt, fig, ax, path, title, ylabel, ladder):
@@ -1088,14 +1113,9 @@ def _finish(plt, fig, ax, path, title, ylabel, ladder):
 
 def plot_throughput(rows, path, cliffs=None, title="KV-cache cliff: throughput"):
     """Prompt tokens/s vs concurrency, one line per arm (median over iterations), cliff marked with an X."""
-    plt = _pyplot()
-    summary = arm_summary(rows)
-    cliffs = cliffs if cliffs is not None else arm_cliffs(rows)
-    fig, ax = _figure(plt)
-    ladder = sorted({e["concurrency"] for entries in summary.values() for e in entries})
+    plt, fig, ax, summary, cliffs, ladder = _plot(rows, cliffs)
     for arm, entries in summary.items():
-        xs = [e["concurrency"] for e in entries if e["throughput_tok_s_prompt"] is not None]
-        ys = [e["throughput_tok_s_prompt"] for e in entries if e["throughput_tok_s_prompt"] is not None]
+        xs, ys = _series(entries, "throughput_tok_s_prompt")
         (line,) = ax.plot(xs, ys, marker="o", label=arm)
         cliff = (cliffs.get(arm) or {}).get("cliff")
         if cliff in xs:
@@ -1107,16 +1127,11 @@ def plot_throughput(rows, path, cliffs=None, title="KV-cache cliff: throughput")
 
 def plot_latency(rows, path, cliffs=None, title="KV-cache cliff: request latency (~TTFT, max_tokens=1)"):
     """p50 (solid) and p95 (dashed) latency vs concurrency per arm, cliff marked with a vertical line."""
-    plt = _pyplot()
-    summary = arm_summary(rows)
-    cliffs = cliffs if cliffs is not None else arm_cliffs(rows)
-    fig, ax = _figure(plt)
-    ladder = sorted({e["concurrency"] for entries in summary.values() for e in entries})
+    plt, fig, ax, summary, cliffs, ladder = _plot(rows, cliffs)
     for arm, entries in summary.items():
         color = None
         for key, style in (("p50_latency_s", "-"), ("p95_latency_s", "--")):
-            xs = [e["concurrency"] for e in entries if e[key] is not None]
-            ys = [e[key] for e in entries if e[key] is not None]
+            xs, ys = _series(entries, key)
             (line,) = ax.plot(xs, ys, linestyle=style, marker="o", color=color, label=f"{arm} {key[:3]}")
             color = line.get_color()
         cliff = (cliffs.get(arm) or {}).get("cliff")

@@ -182,6 +182,22 @@ def _plain(value):
     return value["__ansible_unsafe"] if isinstance(value, dict) and "__ansible_unsafe" in value else value
 
 
+def ansible_inventory(config):
+    """``ansible-inventory --list`` of the inventory source ``config``, outside any Slurm job; the parsed JSON."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    proc = subprocess.run(
+        [str(VENV_BIN / "ansible-inventory"), "-i", str(config), "--list"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 def test_inventory_plugin_lists_the_nodes_of_a_running_job(slurm_conf, tmp_path):
     name = unique("alloc")
     job_id = slurm(
@@ -201,18 +217,7 @@ def test_inventory_plugin_lists_the_nodes_of_a_running_job(slurm_conf, tmp_path)
             time.sleep(0.3)
         config = tmp_path / "aic-slurm.yml"
         config.write_text(f'plugin: aic.stack.slurm\njob_id: "{job_id}"\nslurm_conf: {slurm_conf}\n')
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
-        env.update(ANSIBLE_CONFIG=str(REPO / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-        proc = subprocess.run(
-            [str(VENV_BIN / "ansible-inventory"), "-i", str(config), "--list"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
-        inventory = json.loads(proc.stdout)
+        inventory = ansible_inventory(config)
         node = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
         assert inventory["aic_nodes"]["hosts"] == [node]
         hostvars = {k: _plain(v) for k, v in inventory["_meta"]["hostvars"][node].items()}
@@ -222,15 +227,6 @@ def test_inventory_plugin_lists_the_nodes_of_a_running_job(slurm_conf, tmp_path)
 
         # A hostlist (no job id) is expanded by the real scontrol show hostnames.
         config.write_text(f"plugin: aic.stack.slurm\nnodelist: n[01-03]\ngroup: extra\nslurm_conf: {slurm_conf}\n")
-        proc = subprocess.run(
-            [str(VENV_BIN / "ansible-inventory"), "-i", str(config), "--list"],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env=env,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
-        assert json.loads(proc.stdout)["extra"]["hosts"] == ["n01", "n02", "n03"]
+        assert ansible_inventory(config)["extra"]["hosts"] == ["n01", "n02", "n03"]
     finally:
         slurm(slurm_conf, "scancel", job_id, check=False)

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.aic.stack.plugins.filter.cliff import cliff_arm_overrides, cliff_cli_sets, cliff_profile
+from ansible_collections.aic.stack.plugins.filter.cliff import (
+    cliff_arm_overrides,
+    cliff_cli_sets,
+    cliff_overrides,
+    cliff_profile,
+)
 from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
 
 
@@ -13,6 +18,26 @@ def test_profile_with_empty_overrides_keeps_the_defaults():
     profile = cliff_profile("cliff_kvd", {"concurrency": "", "iterations": None})
     assert profile["concurrency"] == [1, 8, 32, 64, 128, 250]
     assert profile["iterations"] == 2
+
+
+def test_operator_overrides_win_over_the_sites_unless_empty():
+    site = {"isl": 200, "prefix_tokens": 128, "drain_bound_s": 60}
+    operator = {"isl": "", "prefix_tokens": 64, "concurrency": "1,2", "iterations": None, "arms": "  "}
+    assert cliff_overrides(site, operator) == {
+        "isl": 200,
+        "prefix_tokens": 64,
+        "drain_bound_s": 60,
+        "concurrency": "1,2",
+    }
+    assert site == {"isl": 200, "prefix_tokens": 128, "drain_bound_s": 60}  # not modified
+    assert cliff_overrides(None, None) == {}
+
+
+def test_overrides_that_are_not_mappings_are_a_filter_error():
+    with pytest.raises(AnsibleFilterError, match="^cliff_bench: overrides: expected a mapping"):
+        cliff_overrides({}, "concurrency=1")
+    with pytest.raises(AnsibleFilterError, match="^cliff_bench: site overrides: expected a mapping"):
+        cliff_overrides(["isl"], {})
 
 
 def test_bad_profile_input_is_a_filter_error_naming_the_key():
