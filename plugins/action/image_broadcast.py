@@ -15,7 +15,7 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.aic.stack.plugins.module_utils import relay
 
-FINAL = ("verified", "present", "failed")
+FINAL = ("verified", "present", "has-image", "failed")
 IDLE_EXIT_S = 120
 
 

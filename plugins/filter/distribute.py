@@ -59,6 +59,15 @@ def relay_upstreams(me, needed, addresses, source, port, strategy="broadcast"):
     return before + tail
 
 
+def distribute_addresses(hosts, hostvars):
+    """Each host's address on the data path: image_distribute_node_address, else ansible_host, else its name."""
+    out = []
+    for host in hosts:
+        hv = hostvars[host]
+        out.append(str(hv.get("image_distribute_node_address") or hv.get("ansible_host") or host))
+    return out
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -66,4 +75,5 @@ class FilterModule:
             "distribute_strategy": distribute_strategy,
             "distribute_manifest_errors": distribute_manifest_errors,
             "relay_upstreams": relay_upstreams,
+            "distribute_addresses": distribute_addresses,
         }

@@ -105,7 +105,12 @@ class Server:
     """Serves a :class:`Blob` to any number of clients; collects their progress reports (``reports``)."""
 
     def __init__(self, blob, address="0.0.0.0", port=0, client_timeout=60.0):
+        # blob may come later (attach): until then readers get heartbeats; refuse() turns them away instead.
         self.blob = blob
+        self.refusal = None
+        self.decided = threading.Event()
+        if blob is not None:
+            self.decided.set()
         self.client_timeout = client_timeout
         self.sock = socket.create_server((address, port), reuse_port=False, backlog=64)
         self.port = self.sock.getsockname()[1]
@@ -156,7 +161,20 @@ class Server:
         data = message.encode("utf-8")
         conn.sendall(HEADER.pack(b"X", len(data)) + data)
 
+    def attach(self, blob):
+        self.blob = blob
+        self.decided.set()
+
+    def refuse(self, message):
+        self.refusal = message
+        self.decided.set()
+
     def _serve(self, conn, sha256, offset, name):
+        conn.settimeout(self.client_timeout)
+        while not self.decided.wait(HEARTBEAT_S):
+            conn.sendall(HEADER.pack(b"W", 0))
+        if self.refusal:
+            return self._error(conn, self.refusal)
         blob = self.blob
         if sha256 != blob.sha256:
             return self._error(conn, f"this relay holds sha256 {blob.sha256}, not {sha256}")
@@ -298,7 +316,9 @@ class Fetcher:
 
     def _fetch_from(self, upstream):
         blob = self.blob
-        sock = connect(upstream["host"], upstream["port"], self.connect_timeout)
+        # Refusals are retried while the chain starts (the upstream may not listen yet); later a refusal means
+        # the upstream is gone, and the next one is tried at once.
+        sock = connect(upstream["host"], upstream["port"], self.connect_timeout if not blob.written else 0.5)
         try:
             sock.settimeout(self.stall_timeout)
             sock.sendall(f"{MAGIC} GET {blob.sha256} {blob.written} {self.name}\n".encode())
@@ -391,39 +411,90 @@ def relay(
     timeout=3600.0,
     linger=3.0,
     report_interval=1.0,
+    on_ready=None,
+    has_image=None,
 ):
     """Receive ``dest`` (verified) while serving it onward; return a result dict. Raises RelayError on failure.
 
     A complete ``dest`` whose sha256 matches is reused (no bytes move) and still served to the nodes after this one.
+    ``on_ready()`` is called once this node serves (or, without serving, is about to fetch). ``has_image()``, when
+    given, is asked first: a node that has the image receives nothing and turns its readers away to the nodes
+    before it (they move on at once).
     """
     start = time.time()
     deadline = time.monotonic() + timeout
     part = dest + ".part"
-    present = os.path.isfile(dest) and os.path.getsize(dest) == int(size) and sha256_file(dest) == sha256
-    blob = Blob(dest if present else part, size, sha256, complete=present)
-    fetcher = Fetcher(blob, upstreams, name, stall_timeout, connect_timeout, deadline)
-    server = Server(blob, *listen) if serve else None
-    state = {"state": "present" if present else "receiving"}
-    marks = {"t": time.monotonic(), "bytes": blob.written, "rate": 0.0}
+    try:
+        # A reader that takes nothing for two stall timeouts is dead (its own readers have moved on by then).
+        server = Server(None, *listen, client_timeout=max(2 * float(stall_timeout), 5.0)) if serve else None
+    except OSError as exc:
+        raise RelayError(f"cannot serve on {listen[0]}:{listen[1]}: {exc}") from exc
+    if on_ready is not None:
+        on_ready()
+    state = {"state": "checking"}
+    blob = fetcher = None
+    marks = {"t": time.monotonic(), "bytes": 0, "rate": 0.0}
 
     def snapshot():
+        written = blob.written if blob else 0
         now = time.monotonic()
         if now - marks["t"] >= 0.5:
-            marks["rate"] = (blob.written - marks["bytes"]) / (now - marks["t"])
-            marks["t"], marks["bytes"] = now, blob.written
+            marks["rate"] = (written - marks["bytes"]) / (now - marks["t"])
+            marks["t"], marks["bytes"] = now, written
         return {
             "node": name,
             "state": state["state"],
-            "bytes": blob.written,
-            "total": blob.total,
+            "bytes": written,
+            "total": int(size),
             "rate": round(marks["rate"]),
-            "upstream": fetcher.current,
+            "upstream": fetcher.current if fetcher else None,
             "served": server.served_bytes if server else 0,
-            "switches": sum(1 for e in fetcher.events if e["event"] == "switching upstream"),
+            "verified_at": state.get("verified_at"),
+            "switches": sum(1 for e in fetcher.events if e["event"] == "switching upstream") if fetcher else 0,
             "error": state.get("error"),
         }
 
     reporter = Reporter(report_to, name, snapshot, report_interval) if report_to else None
+
+    def linger_and_close():
+        # Stay up while nodes after this one still read from it (or are told to go elsewhere).
+        if server is not None:
+            while time.monotonic() < deadline and (server.active or server.idle_for() < linger):
+                time.sleep(0.2)
+            server.close()
+        if reporter is not None:
+            reporter.close()
+
+    try:
+        image_present = bool(has_image and has_image())
+    except Exception as exc:  # noqa: BLE001 - a broken engine must fail this node, not hang its readers
+        state.update(state="failed", error=f"cannot ask the Docker engine: {exc}")
+        if server is not None:
+            server.refuse(f"relay failed: {state['error']}")
+        linger_and_close()
+        raise RelayError(state["error"], {"image_present": False, "bytes_received": 0}) from exc
+    if image_present:
+        # Nothing moves to a node that has the image; nodes after it are sent on to the ones before it.
+        state["state"] = "has-image"
+        if server is not None:
+            server.refuse("has the image already, not relaying")
+        linger_and_close()
+        return {
+            "image_present": True,
+            "present": False,
+            "bytes_received": 0,
+            "started_at": start,
+            "verified_at": None,
+            "seconds": round(time.time() - start, 3),
+            "served_bytes": 0,
+            "events": [],
+        }
+    present = os.path.isfile(dest) and os.path.getsize(dest) == int(size) and sha256_file(dest) == sha256
+    blob = Blob(dest if present else part, size, sha256, complete=present)
+    fetcher = Fetcher(blob, upstreams, name, stall_timeout, connect_timeout, deadline)
+    if server is not None:
+        server.attach(blob)
+    state["state"] = "present" if present else "receiving"
     error = None
     try:
         if not present:
@@ -432,28 +503,22 @@ def relay(
                 raise RelayError(f"sha256 mismatch: received {digest}, the manifest says {sha256}; nothing is loaded")
             os.fsync(blob.fd)
             os.replace(part, dest)
+        state["verified_at"] = time.time()
         state["state"] = "verified"
-        verified_at = time.time()
     except RelayError as exc:
-        error = str(exc)
+        error = str(exc.args[0])
         state.update(state="failed", error=error)
         blob.fail(error)
-        verified_at = None
         with contextlib.suppress(OSError):
             os.unlink(part)
-    # Stay up while nodes after this one still read from it.
-    if server is not None:
-        while time.monotonic() < deadline and (server.active or server.idle_for() < linger):
-            time.sleep(0.2)
-        server.close()
-    if reporter is not None:
-        reporter.close()
+    linger_and_close()
     blob.close()
     result = {
+        "image_present": False,
         "present": present,
         "bytes_received": 0 if present else blob.written,
         "started_at": start,
-        "verified_at": verified_at,
+        "verified_at": state.get("verified_at"),
         "seconds": round((fetcher.finished or time.time()) - start, 3),
         "served_bytes": server.served_bytes if server else 0,
         "events": fetcher.events,

@@ -21,7 +21,11 @@ description:
     and the module fails, and the nodes reading from it switch to another upstream.
   - A complete O(dest) with the right sha256 is reused (no bytes move) and still served.
   - Reports its progress (bytes, rate, upstream) every O(report_interval) seconds to O(report_to), where
-    C(aic.stack.image_broadcast) prints it. Run it with C(async) on every node, then start C(aic.stack.image_broadcast).
+    C(aic.stack.image_broadcast) prints it.
+  - O(state=started) forks the relay as a daemon detached from the connection and returns as soon as it serves (one
+    pipelined module call, much cheaper than C(async) on many nodes); O(state=finished) waits for its result, which
+    the daemon writes next to O(dest), and fails when the relay failed, died without a result (its pid is gone), or
+    ran past O(wait_timeout).
 author:
   - aic.stack developers
 attributes:
@@ -34,23 +38,27 @@ attributes:
     description: Will return details on what has changed, when in diff mode.
     support: none
 options:
+  state:
+    description: V(started) starts the relay daemon; V(finished) waits for its result.
+    type: str
+    choices: [started, finished]
+    default: started
   dest:
     description: Final path of the tarball on this node.
     type: path
     required: true
   sha256:
-    description: Expected sha256 of the tarball (from the build manifest).
+    description: Expected sha256 of the tarball (from the build manifest). Required with O(state=started).
     type: str
-    required: true
   size:
-    description: Size of the tarball in bytes (from the build manifest).
+    description: Size of the tarball in bytes (from the build manifest). Required with O(state=started).
     type: int
-    required: true
   upstreams:
-    description: Where to fetch from, in order of preference (each C(host), C(port), optional C(name)).
+    description:
+      - Where to fetch from, in order of preference (each C(host), C(port), optional C(name)).
+      - Required with O(state=started).
     type: list
     elements: dict
-    required: true
   name:
     description: This node's name in progress reports and in its upstreams' logs.
     type: str
@@ -90,10 +98,26 @@ options:
     description: Seconds for the whole transfer, serving included.
     type: int
     default: 3600
+  image_id:
+    description:
+      - The image id (C(sha256:...)) the tarball holds. When set, the relay first asks the node's engine; a node that
+        has it receives nothing (result C(image_present)) and sends the nodes after it on to the ones before it.
+    type: str
+  docker_host:
+    description: Docker daemon URL for O(image_id) (default from the environment).
+    type: str
+  pid:
+    description: With O(state=finished), the daemon's pid from O(state=started) (default read from its pid file).
+    type: int
+    default: 0
+  wait_timeout:
+    description: With O(state=finished), seconds to wait for the result.
+    type: float
+    default: 3700
 """
 
 EXAMPLES = r"""
-- name: Receive the image tarball through the relay chain (background job on every node)
+- name: Start the relay on every node (a daemon; returns once it serves)
   aic.stack.image_relay:
     dest: /var/tmp/aic/images/aic-stack-cpu-d7c0f63149ad.tar.zst
     sha256: 0d8b24c5772c6324a827a864b507b2a70eafa86210a2f0965b641d091ae2627b
@@ -101,30 +125,44 @@ EXAMPLES = r"""
     name: "{{ inventory_hostname }}"
     upstreams:
       - {name: node1, host: 10.0.0.11, port: 29870}
-      - {name: source, host: 10.0.0.1, port: 29870}
+      - {name: controller, host: 10.0.0.1, port: 29870}
     report_to: {host: 10.0.0.1, port: 29870}
-  async: 3600
-  poll: 0
-  register: relay_job
+  register: relay_daemon
+
+- name: Wait for its verified tarball
+  aic.stack.image_relay:
+    state: finished
+    dest: /var/tmp/aic/images/aic-stack-cpu-d7c0f63149ad.tar.zst
+    name: "{{ inventory_hostname }}"
+    pid: "{{ relay_daemon.pid }}"
+    wait_timeout: 60
 """
 
 RETURN = r"""
+pid:
+  description: The relay daemon's pid.
+  type: int
+  returned: O(state=started)
+image_present:
+  description: The node's engine already had O(image_id); nothing was received.
+  type: bool
+  returned: O(state=finished)
 present:
   description: The verified tarball was already there; nothing was received.
   type: bool
-  returned: always
+  returned: O(state=finished)
 bytes_received:
   description: Bytes received over the network.
   type: int
-  returned: always
+  returned: O(state=finished)
 seconds:
   description: Seconds from start until the tarball was complete.
   type: float
-  returned: always
+  returned: O(state=finished)
 started_at:
   description: Start time (epoch seconds).
   type: float
-  returned: always
+  returned: O(state=finished)
 verified_at:
   description: Time (epoch seconds) at which the tarball was complete and its sha256 verified.
   type: float
@@ -132,49 +170,89 @@ verified_at:
 served_bytes:
   description: Bytes this node forwarded to other nodes.
   type: int
-  returned: always
+  returned: O(state=finished)
 events:
   description: Upstream failures and switches (offset, upstream, message), empty on a clean run.
   type: list
   elements: dict
-  returned: always
+  returned: O(state=finished)
 """
 
+import http.client  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
+import socket  # noqa: E402
+import time  # noqa: E402
+from urllib.parse import quote  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.aic.stack.plugins.module_utils import relay  # noqa: E402
 
 
-def main():
-    module = AnsibleModule(
-        argument_spec={
-            "dest": {"type": "path", "required": True},
-            "sha256": {"type": "str", "required": True},
-            "size": {"type": "int", "required": True},
-            "upstreams": {"type": "list", "elements": "dict", "required": True},
-            "name": {"type": "str", "required": True},
-            "listen_address": {"type": "str", "default": "0.0.0.0"},
-            "port": {"type": "int", "default": 29870},
-            "serve": {"type": "bool", "default": True},
-            "report_to": {"type": "dict"},
-            "report_interval": {"type": "float", "default": 1.0},
-            "stall_timeout": {"type": "float", "default": 10},
-            "connect_timeout": {"type": "float", "default": 30},
-            "linger": {"type": "float", "default": 3},
-            "timeout": {"type": "int", "default": 3600},
-        },
-        supports_check_mode=True,
-    )
-    p = module.params
-    for upstream in p["upstreams"]:
-        if not upstream.get("host") or not upstream.get("port"):
-            module.fail_json(msg=f"every upstream needs host and port, got {upstream!r}")
-    if module.check_mode:
-        present = os.path.isfile(p["dest"]) and os.path.getsize(p["dest"]) == p["size"]
-        module.exit_json(changed=not present, present=present, bytes_received=0, seconds=0.0, served_bytes=0, events=[])
-    os.makedirs(os.path.dirname(p["dest"]) or ".", exist_ok=True)
+def state_files(dest):
+    """Where the detached relay of ``dest`` keeps its pid and its result (next to the tarball)."""
+    directory, name = os.path.split(dest)
+    return os.path.join(directory, f".{name}.relay.pid"), os.path.join(directory, f".{name}.relay.json")
+
+
+def _write_json(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(tmp, path)
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    def __init__(self, path, timeout):
+        super().__init__("localhost", timeout=timeout)
+        self.unix_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.unix_path)
+
+
+def engine_has_image(image_id, docker_host=None, timeout=30):
+    """Ask the Docker engine's API (GET /images/<id>/json) whether it has ``image_id``.
+
+    One HTTP request on the engine's socket: the relays of every node ask at the same moment, and importing the
+    docker SDK in each would cost more CPU than the question (the load, later, uses the SDK).
+    """
+    host = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    if host.startswith("unix://"):
+        conn = _UnixHTTPConnection(host[len("unix://") :], timeout)
+    elif host.startswith("tcp://"):
+        conn = http.client.HTTPConnection(host[len("tcp://") :], timeout=timeout)
+    else:
+        raise ValueError(f"unsupported docker host {host!r} (unix:// or tcp://)")
+    try:
+        conn.request("GET", f"/images/{quote(image_id, safe='')}/json")
+        status = conn.getresponse().status
+    finally:
+        conn.close()
+    if status not in (200, 404):
+        raise RuntimeError(f"the Docker engine answered HTTP {status}")
+    return status == 200
+
+
+def image_check(p):
+    """A callable telling whether the node's engine has image_id (None when no image_id is given)."""
+    if not p["image_id"]:
+        return None
+    return lambda: engine_has_image(p["image_id"], p["docker_host"])
+
+
+def run_detached(p, ready_fd, result_file):  # pragma: no cover - runs in the forked daemon
+    """The relay itself, in a daemon: its result (or failure) goes to ``result_file``."""
+    told = []
+
+    def ready():
+        os.write(ready_fd, f"ready {os.getpid()}\n".encode())
+        os.close(ready_fd)
+        told.append(True)
+
     try:
         result = relay.relay(
             p["dest"],
@@ -190,11 +268,122 @@ def main():
             timeout=p["timeout"],
             linger=p["linger"],
             report_interval=p["report_interval"],
+            on_ready=ready,
+            has_image=image_check(p),
         )
+        payload = {"failed": False, **result}
     except relay.RelayError as exc:
         details = exc.args[1] if len(exc.args) > 1 else {}
-        module.fail_json(msg="{}: {}".format(p["name"], exc.args[0]), **details)
-    module.exit_json(changed=not result["present"], **result)
+        payload = {"failed": True, "msg": f"{p['name']}: {exc.args[0]}", **details}
+    except Exception as exc:  # noqa: BLE001 - whatever happens must reach the result file
+        payload = {"failed": True, "msg": f"{p['name']}: relay crashed: {exc!r}"}
+    if not told:
+        os.write(ready_fd, f"error {payload.get('msg', 'relay ended before serving')}\n".encode())
+    _write_json(result_file, payload)
+
+
+def start(module, p):
+    """Fork the relay as a daemon (detached from the ssh session) and return once it serves."""
+    pid_file, result_file = state_files(p["dest"])
+    os.makedirs(os.path.dirname(p["dest"]) or ".", exist_ok=True)
+    for stale in (pid_file, result_file):
+        if os.path.exists(stale):
+            os.unlink(stale)
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the forked daemon
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if os.fork():
+                os._exit(0)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            with open(pid_file, "w", encoding="utf-8") as handle:
+                handle.write(str(os.getpid()))
+            run_detached(p, write_fd, result_file)
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.waitpid(child, 0)
+    with os.fdopen(read_fd, "rb") as pipe:
+        line = pipe.readline().decode("utf-8", "replace").strip()
+    if not line.startswith("ready "):
+        module.fail_json(msg=line[6:] if line.startswith("error ") else f"{p['name']}: the relay did not start")
+    module.exit_json(changed=False, pid=int(line.split()[1]), result_file=result_file)
+
+
+def alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def finish(module, p):
+    """Wait for the detached relay's result; fail when it failed, died without one, or ran past wait_timeout."""
+    pid_file, result_file = state_files(p["dest"])
+    pid = p["pid"]
+    if not pid and os.path.exists(pid_file):
+        with open(pid_file, encoding="utf-8") as handle:
+            pid = int(handle.read().strip() or 0)
+    deadline = time.monotonic() + p["wait_timeout"]
+    while True:
+        if os.path.exists(result_file):
+            with open(result_file, encoding="utf-8") as handle:
+                payload = json.load(handle)
+            if payload.pop("failed"):
+                module.fail_json(**payload)
+            module.exit_json(changed=not (payload["present"] or payload.get("image_present")), **payload)
+        if pid and not alive(pid) and not os.path.exists(result_file):
+            module.fail_json(msg=f"{p['name']}: the relay (pid {pid}) died without a result (killed, or the node rebooted)")
+        if time.monotonic() > deadline:
+            module.fail_json(msg=f"{p['name']}: the relay (pid {pid}) is still running after {p['wait_timeout']} s")
+        time.sleep(0.2)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "state": {"type": "str", "default": "started", "choices": ["started", "finished"]},
+            "dest": {"type": "path", "required": True},
+            "sha256": {"type": "str"},
+            "size": {"type": "int"},
+            "upstreams": {"type": "list", "elements": "dict"},
+            "name": {"type": "str", "required": True},
+            "listen_address": {"type": "str", "default": "0.0.0.0"},
+            "port": {"type": "int", "default": 29870},
+            "serve": {"type": "bool", "default": True},
+            "report_to": {"type": "dict"},
+            "report_interval": {"type": "float", "default": 1.0},
+            "stall_timeout": {"type": "float", "default": 10},
+            "connect_timeout": {"type": "float", "default": 30},
+            "linger": {"type": "float", "default": 3},
+            "timeout": {"type": "int", "default": 3600},
+            "image_id": {"type": "str"},
+            "docker_host": {"type": "str"},
+            "pid": {"type": "int", "default": 0},
+            "wait_timeout": {"type": "float", "default": 3700},
+        },
+        required_if=[("state", "started", ("sha256", "size", "upstreams"))],
+        supports_check_mode=True,
+    )
+    p = module.params
+    if p["state"] == "finished":
+        if module.check_mode:
+            module.exit_json(changed=False, skipped=True, msg="nothing runs in check mode")
+        finish(module, p)
+    for upstream in p["upstreams"]:
+        if not upstream.get("host") or not upstream.get("port"):
+            module.fail_json(msg=f"every upstream needs host and port, got {upstream!r}")
+    if module.check_mode:
+        present = os.path.isfile(p["dest"]) and os.path.getsize(p["dest"]) == p["size"]
+        module.exit_json(changed=not present, present=present, bytes_received=0, seconds=0.0, served_bytes=0, events=[])
+    start(module, p)
 
 
 if __name__ == "__main__":

@@ -112,3 +112,37 @@ def test_feed_verified_holds_back_the_last_block_on_a_mismatch(tmp_path):
     assert len(written) < len(data) and data.startswith(written)
     assert len(data) - len(written) == len(data) % image_load.CHUNK or len(data) - len(written) == image_load.CHUNK
     assert state["digest"] == hashlib.sha256(data).hexdigest()
+
+
+def test_addresses_prefer_the_data_path_address_then_ansible_host():
+    hostvars = {
+        "a": {"image_distribute_node_address": "192.168.1.1", "ansible_host": "10.0.0.1"},
+        "b": {"ansible_host": "10.0.0.2"},
+        "c": {},
+    }
+    assert f.distribute_addresses(["c", "b", "a"], hostvars) == ["c", "10.0.0.2", "192.168.1.1"]
+
+
+def test_the_engine_question_uses_the_real_docker_api():
+    import subprocess
+    import tarfile
+
+    from ansible_collections.aic.stack.plugins.modules.image_relay import engine_has_image
+
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo("hello")
+        info.size = 5
+        tar.addfile(info, io.BytesIO(b"hello"))
+    tag = "aic-unit-relay-check:1"
+    subprocess.run(["docker", "import", "-", tag], input=archive.getvalue(), check=True, capture_output=True)
+    try:
+        image_id = subprocess.run(
+            ["docker", "image", "inspect", "-f", "{{.Id}}", tag], check=True, capture_output=True, text=True
+        ).stdout.strip()
+        assert engine_has_image(image_id) is True
+        assert engine_has_image("sha256:" + "0" * 64) is False
+        with pytest.raises(ValueError, match="unsupported docker host"):
+            engine_has_image(image_id, "ssh://somewhere")
+    finally:
+        subprocess.run(["docker", "rmi", tag], check=False, capture_output=True)
