@@ -340,7 +340,9 @@ def finish(module, p):
                 module.fail_json(**payload)
             module.exit_json(changed=not (payload["present"] or payload.get("image_present")), **payload)
         if pid and not alive(pid) and not os.path.exists(result_file):
-            module.fail_json(msg=f"{p['name']}: the relay (pid {pid}) died without a result (killed, or the node rebooted)")
+            module.fail_json(
+                msg=f"{p['name']}: the relay (pid {pid}) died without a result (killed, or the node rebooted)"
+            )
         if time.monotonic() > deadline:
             module.fail_json(msg=f"{p['name']}: the relay (pid {pid}) is still running after {p['wait_timeout']} s")
         time.sleep(0.2)
