@@ -12,12 +12,13 @@
 #
 # The inventory for Ansible is written to $AIC_BED_DIR/inventory.yml (group aic_nodes, hosts node1..nodeN).
 # The shared file system of the bed is sshfs: every node mounts the controller's $AIC_BED_DIR/shared over its
-# capped link at /srv/aic-shared (ssh to ${PREFIX}.1, an sshd this script runs in the root namespace on that
-# address only).
+# capped link at /srv/aic-shared (ssh to ${PREFIX}.1, port $AIC_BED_CONTROLLER_SSH_PORT (2222), an sshd this script
+# runs in the root namespace on that address only).
 set -euo pipefail
 BED=${AIC_BED_DIR:-/var/lib/aic-bed}
 PREFIX=${AIC_BED_PREFIX:-10.77.0}
 BRIDGE=aicbed0
+CTRL_SSH_PORT=${AIC_BED_CONTROLLER_SSH_PORT:-2222}
 PY=${AIC_BED_PYTHON:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
 BURST=256k
 
@@ -60,7 +61,8 @@ MaxSessions 200
 Subsystem sftp /usr/lib/openssh/sftp-server
 EOF
   # The controller's sshd (file server of the bed's shared file system), only on the bridge address.
-  sed -e "s/^Port 22/Port 22\nListenAddress ${PREFIX}.1/" "$BED/sshd_config" >"$BED/sshd_controller_config"
+  # Its own port, so that a system sshd on *:22 does not collide with it.
+  sed -e "s/^Port 22/Port $CTRL_SSH_PORT\nListenAddress ${PREFIX}.1/" "$BED/sshd_config" >"$BED/sshd_controller_config"
   echo '{}' >"$BED/daemon.json"
   cat >"$BED/node-init.sh" <<'EOF'
 #!/usr/bin/env bash
@@ -192,7 +194,7 @@ up() {
   done
   # Shared file system: each node mounts the controller's shared directory over its own (capped) link.
   for i in $(seq 1 "$n"); do
-    ssh_node "$i" sshfs -o ro,allow_other,IdentityFile="$BED/ssh/id_ed25519",StrictHostKeyChecking=no \
+    ssh_node "$i" sshfs -p "$CTRL_SSH_PORT" -o ro,allow_other,IdentityFile="$BED/ssh/id_ed25519",StrictHostKeyChecking=no \
       -o UserKnownHostsFile=/dev/null,reconnect "root@${PREFIX}.1:$BED/shared" /srv/aic-shared
   done
   log "$n node(s) up, links capped at $rate; inventory: $BED/inventory.yml"

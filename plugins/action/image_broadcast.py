@@ -41,18 +41,17 @@ def progress_line(report, now):
     return line
 
 
-def _serve_forever(args, ready_fd):
-    """Body of the source daemon: serve until every node is final or silent, the timeout, or SIGTERM."""
+def _serve_forever(args, tell):
+    """Body of the source daemon: serve until SIGTERM, the timeout, or two idle minutes."""
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(True))
     try:
         blob = relay.Blob(args["src"], int(args["size"]), args["sha256"], complete=True)
         server = relay.Server(blob, args.get("address") or "0.0.0.0", int(args.get("port", 29870)))
     except OSError as exc:
-        os.write(ready_fd, ("error cannot serve on port {}: {}\n".format(args.get("port", 29870), exc)).encode("utf-8"))
+        tell(f"error cannot serve on port {args.get('port', 29870)}: {exc}")
         return
-    os.write(ready_fd, f"ok {os.getpid()}\n".encode())
-    os.close(ready_fd)
+    tell("ready")
     deadline = time.monotonic() + float(args.get("timeout", 3600)) + 120
     # Also ends when nobody has talked to it for IDLE_EXIT_S (a play that died between start and finish).
     while not stop and time.monotonic() < deadline and server.idle_for() < IDLE_EXIT_S:
@@ -63,28 +62,10 @@ def _serve_forever(args, ready_fd):
 
 def start_source(args):
     """Fork the source daemon (detached from the Ansible worker); return its pid once it listens."""
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the forked daemon
-        try:
-            os.setsid()
-            if os.fork():
-                os._exit(0)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            os.closerange(3, write_fd)
-            os.closerange(write_fd + 1, 65536)
-            _serve_forever(args, write_fd)
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    os.waitpid(child, 0)
-    with os.fdopen(read_fd, "rb") as pipe:
-        line = pipe.readline().decode("utf-8").strip()
-    if not line.startswith("ok "):
-        raise AnsibleActionFail("image_broadcast: the source did not start: %s" % (line or "no answer"))
-    return int(line.split()[1])
+    pid, error = relay.spawn_daemon(lambda tell: _serve_forever(args, tell))
+    if pid is None:
+        raise AnsibleActionFail(f"image_broadcast: the source did not start: {error}")
+    return pid
 
 
 class ActionModule(ActionBase):

@@ -539,3 +539,46 @@ def query_status(host, port, timeout=5.0):
                 break
             data += chunk
     return json.loads(data)
+
+
+def spawn_daemon(body):
+    """Run ``body(tell)`` in a daemon detached from this process (own session, stdio on /dev/null).
+
+    ``body`` calls ``tell("ready")`` once it serves, or ``tell("error <why>")``; returns ``(pid, None)`` for ready,
+    ``(None, why)`` otherwise. A body that ends without telling counts as an error.
+    """
+    read_fd, write_fd = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked daemon
+        try:
+            os.close(read_fd)
+            os.setsid()
+            if os.fork():
+                os._exit(0)
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            os.closerange(3, write_fd)
+            os.closerange(write_fd + 1, 65536)
+            told = []
+
+            def tell(message):
+                if not told:
+                    told.append(message)
+                    line = f"ready {os.getpid()}" if message == "ready" else message
+                    os.write(write_fd, f"{line}\n".encode())
+                    os.close(write_fd)
+
+            try:
+                body(tell)
+            finally:
+                tell("error the daemon ended before it was ready")
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.waitpid(child, 0)
+    with os.fdopen(read_fd, "rb") as pipe:
+        line = pipe.readline().decode("utf-8", "replace").strip()
+    if line.startswith("ready "):
+        return int(line.split()[1]), None
+    return None, (line[len("error ") :] if line.startswith("error ") else line) or "no answer"

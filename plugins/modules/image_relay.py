@@ -244,15 +244,10 @@ def image_check(p):
     return lambda: engine_has_image(p["image_id"], p["docker_host"])
 
 
-def run_detached(p, ready_fd, result_file):  # pragma: no cover - runs in the forked daemon
+def run_detached(p, tell, pid_file, result_file):  # pragma: no cover - runs in the forked daemon
     """The relay itself, in a daemon: its result (or failure) goes to ``result_file``."""
-    told = []
-
-    def ready():
-        os.write(ready_fd, f"ready {os.getpid()}\n".encode())
-        os.close(ready_fd)
-        told.append(True)
-
+    with open(pid_file, "w", encoding="utf-8") as handle:
+        handle.write(str(os.getpid()))
     try:
         result = relay.relay(
             p["dest"],
@@ -268,7 +263,7 @@ def run_detached(p, ready_fd, result_file):  # pragma: no cover - runs in the fo
             timeout=p["timeout"],
             linger=p["linger"],
             report_interval=p["report_interval"],
-            on_ready=ready,
+            on_ready=lambda: tell("ready"),
             has_image=image_check(p),
         )
         payload = {"failed": False, **result}
@@ -277,8 +272,7 @@ def run_detached(p, ready_fd, result_file):  # pragma: no cover - runs in the fo
         payload = {"failed": True, "msg": f"{p['name']}: {exc.args[0]}", **details}
     except Exception as exc:  # noqa: BLE001 - whatever happens must reach the result file
         payload = {"failed": True, "msg": f"{p['name']}: relay crashed: {exc!r}"}
-    if not told:
-        os.write(ready_fd, f"error {payload.get('msg', 'relay ended before serving')}\n".encode())
+    tell(f"error {payload.get('msg', 'relay ended before serving')}")
     _write_json(result_file, payload)
 
 
@@ -289,29 +283,10 @@ def start(module, p):
     for stale in (pid_file, result_file):
         if os.path.exists(stale):
             os.unlink(stale)
-    read_fd, write_fd = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - the forked daemon
-        try:
-            os.close(read_fd)
-            os.setsid()
-            if os.fork():
-                os._exit(0)
-            devnull = os.open(os.devnull, os.O_RDWR)
-            for fd in (0, 1, 2):
-                os.dup2(devnull, fd)
-            with open(pid_file, "w", encoding="utf-8") as handle:
-                handle.write(str(os.getpid()))
-            run_detached(p, write_fd, result_file)
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    os.waitpid(child, 0)
-    with os.fdopen(read_fd, "rb") as pipe:
-        line = pipe.readline().decode("utf-8", "replace").strip()
-    if not line.startswith("ready "):
-        module.fail_json(msg=line[6:] if line.startswith("error ") else f"{p['name']}: the relay did not start")
-    module.exit_json(changed=False, pid=int(line.split()[1]), result_file=result_file)
+    pid, error = relay.spawn_daemon(lambda tell: run_detached(p, tell, pid_file, result_file))
+    if pid is None:
+        module.fail_json(msg=error if error.startswith(p["name"]) else f"{p['name']}: the relay did not start: {error}")
+    module.exit_json(changed=False, pid=pid, result_file=result_file)
 
 
 def alive(pid):
