@@ -52,7 +52,8 @@ molecule: setup
 ## cliff-kvd / cliff-spur-l2: the KV-cache cliff benchmark (playbooks/bench.yml) on INVENTORY's stack. Every
 ## override is explicit and an empty one means the profile's default: CLIFF_CONCURRENCY=1,2,4 CLIFF_ITERATIONS=1
 ## CLIFF_ARMS=dram,nvme CLIFF_ISL= CLIFF_PREFIX_TOKENS= CLIFF_JOB=<results dir name under logs/>
-## CLIFF_WHERE=slurm runs it as a Slurm/SPUR batch job and follows it (empty: host, from here); the job's output is in
+## CLIFF_WHERE=slurm runs it as a Slurm/SPUR batch job and follows it (empty: the inventory's cliff_bench_where - slurm
+## for inventories/spur - else host, from here); the job's output is in
 ## logs/<Slurm job id>/, the results in logs/<CLIFF_JOB, else the Slurm job id>/results. CLIFF_SLURM_DIALECT=spur
 ## submits with SPUR's sbatch (empty: slurm_job_dialect of the inventory, else slurm).
 CLIFF_CONCURRENCY ?=
@@ -63,7 +64,7 @@ CLIFF_PREFIX_TOKENS ?=
 CLIFF_JOB ?=
 CLIFF_WHERE ?=
 CLIFF_SLURM_DIALECT ?=
-CLIFF_VARS = -e '{"cliff_bench_where": "$(or $(CLIFF_WHERE),host)", "cliff_bench_job_id": "$(CLIFF_JOB)", "cliff_bench_overrides": {"concurrency": "$(CLIFF_CONCURRENCY)", "iterations": "$(CLIFF_ITERATIONS)", "arms": "$(CLIFF_ARMS)", "isl": "$(CLIFF_ISL)", "prefix_tokens": "$(CLIFF_PREFIX_TOKENS)"}}' $(addprefix -e slurm_job_dialect=,$(CLIFF_SLURM_DIALECT))
+CLIFF_VARS = -e '{"cliff_bench_job_id": "$(CLIFF_JOB)", "cliff_bench_overrides": {"concurrency": "$(CLIFF_CONCURRENCY)", "iterations": "$(CLIFF_ITERATIONS)", "arms": "$(CLIFF_ARMS)", "isl": "$(CLIFF_ISL)", "prefix_tokens": "$(CLIFF_PREFIX_TOKENS)"}}' $(addprefix -e cliff_bench_where=,$(CLIFF_WHERE)) $(addprefix -e slurm_job_dialect=,$(CLIFF_SLURM_DIALECT))
 
 cliff-kvd: setup
 	$(PLAYBOOK) playbooks/bench.yml -e cliff_bench_profile=cliff_kvd $(CLIFF_VARS)
