@@ -14,10 +14,25 @@
 # The shared file system of the bed is sshfs: every node mounts the controller's $AIC_BED_DIR/shared over its
 # capped link at /srv/aic-shared (ssh to ${PREFIX}.1, port $AIC_BED_CONTROLLER_SSH_PORT (2222), an sshd this script
 # runs in the root namespace on that address only).
+#
+# Opt-in features (environment; empty or unset = off, the default bed above):
+#   AIC_BED_NAME (aicbed)   names of the bed's devices: bridge NAME0, namespaces NAME-I, host-side veths NAMEhI, so a
+#                           second bed (scripts/rehearsal.sh) runs next to this one; pair it with its own AIC_BED_DIR,
+#                           AIC_BED_PREFIX and AIC_BED_CONTROLLER_SSH_PORT
+#   AIC_BED_AUTHZ=1         every node's Docker engine runs with a real authorization plugin that refuses --pid=host
+#                           (AIC_BED_AUTHZ_PLUGIN, default scripts/bed/pidhost_authz.py), started inside the node's
+#                           mount namespace at /run/docker/plugins/aic-pidhost.sock before its dockerd
+#   AIC_BED_USER=NAME       an existing non-root user may log in with the bed's key and gets its own ~/.ansible and
+#                           ~/.ansible_async per node (like root's); each node resolves its own name (/etc/hosts), so
+#                           sudo on a node does not complain
 set -euo pipefail
 BED=${AIC_BED_DIR:-/var/lib/aic-bed}
 PREFIX=${AIC_BED_PREFIX:-10.77.0}
-BRIDGE=aicbed0
+NAME=${AIC_BED_NAME:-aicbed}
+BRIDGE=${NAME}0
+AUTHZ=${AIC_BED_AUTHZ:-}
+AUTHZ_PLUGIN=${AIC_BED_AUTHZ_PLUGIN:-$(cd "$(dirname "$0")" && pwd)/bed/pidhost_authz.py}
+BED_USER=${AIC_BED_USER:-}
 CTRL_SSH_PORT=${AIC_BED_CONTROLLER_SSH_PORT:-2222}
 PY=${AIC_BED_PYTHON:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
 BURST=256k
@@ -37,7 +52,7 @@ cap() { # cap DEV RATE [netns]
 }
 
 nodes() { # the node indexes that exist
-  ip netns list 2>/dev/null | sed -n 's/^aicbed-\([0-9]\+\).*/\1/p' | sort -n
+  ip netns list 2>/dev/null | sed -n "s/^${NAME}-\\([0-9]\\+\\).*/\\1/p" | sort -n
 }
 
 write_config() {
@@ -46,6 +61,8 @@ write_config() {
   [[ -f "$BED/ssh/id_ed25519" ]] || ssh-keygen -q -t ed25519 -N '' -f "$BED/ssh/id_ed25519" -C aic-bed
   cp "$BED/ssh/id_ed25519.pub" "$BED/ssh/authorized_keys"
   chmod 600 "$BED/ssh/authorized_keys"
+  # sshd reads AuthorizedKeysFile as the user who logs in: a non-root user needs to read it (public keys only).
+  [[ -z "$BED_USER" ]] || chmod 644 "$BED/ssh/authorized_keys"
   cat >"$BED/sshd_config" <<EOF
 Port 22
 HostKey $BED/ssh/host_ed25519
@@ -84,7 +101,31 @@ mount --bind "$D/ansible" /root/.ansible
 mount --bind "$D/ansible_async" /root/.ansible_async
 mount --bind "$D/tmp" /var/tmp
 mount --bind "$D/docker" /var/lib/docker
-dockerd --config-file "$BED/daemon.json" --pidfile /run/docker.pid >"$D/dockerd.log" 2>&1 &
+# Opt-in (testbed.sh's AIC_BED_USER): a non-root deploy user with its own Ansible directories on this node, and a
+# node name that resolves (sudo looks it up).
+if [[ -n "${AIC_BED_USER:-}" ]]; then
+  home=$(getent passwd "$AIC_BED_USER" | cut -d: -f6)
+  for d in ansible ansible_async; do
+    mkdir -p "$D/user-$d" "$home/.$d"
+    chown "$AIC_BED_USER:" "$D/user-$d" "$home/.$d"
+    chmod 700 "$D/user-$d"
+    mount --bind "$D/user-$d" "$home/.$d"
+  done
+  { cat /etc/hosts; echo "127.0.1.1 node$i"; } >"$D/hosts"
+  mount --bind "$D/hosts" /etc/hosts
+fi
+# Opt-in (AIC_BED_AUTHZ_PLUGIN): a real authorization plugin refusing --pid=host, in this node's private /run.
+authz=()
+if [[ -n "${AIC_BED_AUTHZ_PLUGIN:-}" ]]; then
+  python3 "$AIC_BED_AUTHZ_PLUGIN" --socket /run/docker/plugins/aic-pidhost.sock --log "$D/authz-denied.log" \
+    >"$D/authz.log" 2>&1 &
+  for _ in $(seq 1 100); do
+    [[ -S /run/docker/plugins/aic-pidhost.sock ]] && break
+    sleep 0.05
+  done
+  authz=(--authorization-plugin=aic-pidhost)
+fi
+dockerd --config-file "$BED/daemon.json" --pidfile /run/docker.pid "${authz[@]}" >"$D/dockerd.log" 2>&1 &
 exec /usr/sbin/sshd -D -e -f "$BED/sshd_config" >"$D/sshd.log" 2>&1
 EOF
   chmod +x "$BED/node-init.sh"
@@ -121,7 +162,7 @@ ssh_node() { # ssh_node I CMD...
 }
 
 stop_node() {
-  local i=$1 ns=aicbed-$1 pids
+  local i=$1 ns=$NAME-$1 pids
   pids=$(ip netns pids "$ns" 2>/dev/null || true)
   if [[ -n "$pids" ]]; then
     # Docker engines first (they stop their containers), then everything else in the namespace.
@@ -139,7 +180,7 @@ stop_node() {
     [[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null || true
   fi
   ip netns del "$ns" 2>/dev/null || true
-  ip link del "aicbedh$i" 2>/dev/null || true
+  ip link del "${NAME}h$i" 2>/dev/null || true
 }
 
 down() {
@@ -158,6 +199,13 @@ down() {
 up() {
   local n=${1:?usage: testbed.sh up N [RATE]} rate=${2:-25mbps}
   down
+  if [[ -n "$BED_USER" ]]; then
+    id -u "$BED_USER" >/dev/null 2>&1 || { log "AIC_BED_USER $BED_USER does not exist"; exit 1; }
+  fi
+  if [[ -n "$AUTHZ" && "$AUTHZ" != 0 && ! -r "$AUTHZ_PLUGIN" ]]; then
+    log "authorization plugin $AUTHZ_PLUGIN not found"
+    exit 1
+  fi
   write_config
   ip link add "$BRIDGE" type bridge
   ip addr add "${PREFIX}.1/24" dev "$BRIDGE"
@@ -168,18 +216,21 @@ up() {
   mkdir -p /run/sshd
   /usr/sbin/sshd -f "$BED/sshd_controller_config" -o "PidFile=$BED/sshd_controller.pid"
   for i in $(seq 1 "$n"); do
-    local ns=aicbed-$i
+    local ns=$NAME-$i
     mkdir -p "$BED/nodes/node$i"
     ip netns add "$ns"
-    ip link add "aicbedh$i" type veth peer name eth0 netns "$ns"
-    ip link set "aicbedh$i" master "$BRIDGE" up
+    ip link add "${NAME}h$i" type veth peer name eth0 netns "$ns"
+    ip link set "${NAME}h$i" master "$BRIDGE" up
     ip -n "$ns" addr add "$(node_ip "$i")/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
     ip -n "$ns" route add default via "${PREFIX}.1"
     cap eth0 "$rate" "$ns"
-    cap "aicbedh$i" "$rate"
+    cap "${NAME}h$i" "$rate"
+    local plugin=
+    [[ -z "$AUTHZ" || "$AUTHZ" == 0 ]] || plugin=$AUTHZ_PLUGIN
     setsid nsenter --net="/run/netns/$ns" -- unshare --mount --uts --propagation private -- \
+      env AIC_BED_AUTHZ_PLUGIN="$plugin" AIC_BED_USER="$BED_USER" \
       "$BED/node-init.sh" "$i" "$BED" "$PREFIX" </dev/null >"$BED/nodes/node$i/init.log" 2>&1 &
   done
   write_inventory "$n"
@@ -222,7 +273,7 @@ wipe)
 rate)
   r=${2:?usage: testbed.sh rate RATE}
   cap "$BRIDGE" "$r"
-  for i in $(nodes); do cap eth0 "$r" "aicbed-$i" && cap "aicbedh$i" "$r"; done
+  for i in $(nodes); do cap eth0 "$r" "$NAME-$i" && cap "${NAME}h$i" "$r"; done
   ;;
-*) sed -n '2,17p' "$0" >&2 && exit 2 ;;
+*) sed -n '2,27p' "$0" >&2 && exit 2 ;;
 esac
