@@ -343,7 +343,12 @@ check_tools() {
 }
 
 down() {
+  local sock
   stop_slurm
+  # Ansible's ssh connection masters to the nodes (ControlPersist) end with the bed.
+  for sock in "$BED"/cp-*; do
+    [ -S "$sock" ] && ssh -o ControlPath="$sock" -O exit aic-bed-node >/dev/null 2>&1 || true
+  done
   "$REPO/scripts/testbed.sh" down 9>&-
   revoke_python
   rm -f "$SUDOERS" "$STATE/bed.yml"
