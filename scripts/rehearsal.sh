@@ -347,7 +347,7 @@ down() {
   stop_slurm
   # Ansible's ssh connection masters to the nodes (ControlPersist) end with the bed.
   for sock in "$BED"/cp-*; do
-    [ -S "$sock" ] && ssh -o ControlPath="$sock" -O exit aic-bed-node >/dev/null 2>&1 || true
+    if [ -S "$sock" ]; then ssh -o ControlPath="$sock" -O exit aic-bed-node >/dev/null 2>&1 || true; fi
   done
   "$REPO/scripts/testbed.sh" down 9>&-
   revoke_python

@@ -167,17 +167,19 @@ stop_node() {
   if [[ -n "$pids" ]]; then
     # Docker engines first (they stop their containers), then everything else in the namespace.
     for p in $pids; do
-      [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == dockerd ]] && kill -TERM "$p" 2>/dev/null || true
+      if [[ "$(cat "/proc/$p/comm" 2>/dev/null)" == dockerd ]]; then kill -TERM "$p" 2>/dev/null || true; fi
     done
     for _ in $(seq 1 40); do
       pgrep -x dockerd -d ' ' | tr ' ' '\n' | grep -qxF -f <(ip netns pids "$ns" 2>/dev/null || true) || break
       sleep 0.5
     done
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    [[ -n "$pids" ]] && kill -TERM $pids 2>/dev/null || true
+    # shellcheck disable=SC2086 # one pid per word
+    if [[ -n "$pids" ]]; then kill -TERM $pids 2>/dev/null || true; fi
     sleep 1
     pids=$(ip netns pids "$ns" 2>/dev/null || true)
-    [[ -n "$pids" ]] && kill -KILL $pids 2>/dev/null || true
+    # shellcheck disable=SC2086 # one pid per word
+    if [[ -n "$pids" ]]; then kill -KILL $pids 2>/dev/null || true; fi
   fi
   ip netns del "$ns" 2>/dev/null || true
   ip link del "${NAME}h$i" 2>/dev/null || true
@@ -254,6 +256,7 @@ up() {
 status() {
   for i in $(nodes); do
     printf 'node%s %s ' "$i" "$(node_ip "$i")"
+    # shellcheck disable=SC2016 # expanded on the node
     ssh_node "$i" 'echo "docker $(docker version --format {{.Server.Version}}) images $(docker images -q | wc -l)"' ||
       echo unreachable
   done
@@ -266,6 +269,7 @@ status) status ;;
 wipe)
   # Every node back to an empty engine: containers, images and received tarballs removed.
   for i in $(nodes); do
+    # shellcheck disable=SC2016 # expanded on the node
     ssh_node "$i" 'docker rm -f $(docker ps -aq) >/dev/null 2>&1; docker image prune -af >/dev/null; rm -rf /var/tmp/aic' &
   done
   wait
