@@ -1,0 +1,45 @@
+# Copyright: aic.stack developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Filters of the rolling rollout (playbooks/stack.yml): its batches and its per-node summary."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.aic.stack.plugins.module_utils import release, rollout
+
+
+def rollout_serial(canary, batch_size=None):
+    """``serial`` of the rollout play: the canary batch, then batches of ``batch_size`` (count or percentage)."""
+    try:
+        return rollout.serial(canary, batch_size)
+    except rollout.RolloutError as exc:
+        raise AnsibleFilterError(f"Invalid input: {exc}") from exc
+
+
+def rollout_max_fail(value):
+    try:
+        return rollout.max_fail_percentage(value)
+    except rollout.RolloutError as exc:
+        raise AnsibleFilterError(f"Invalid input: {exc}") from exc
+
+
+def rollout_summary(hosts_all, hostvars, reached, fact="aic_rollout_outcome"):
+    """Summary lines of every node of the play from the outcome fact each node recorded."""
+    outcomes = {h: (hostvars[h].get(fact) if h in hostvars else None) for h in hosts_all}
+    return rollout.summary(list(hosts_all), outcomes, set(reached))
+
+
+def release_deployed_record(release_record, when, last_healthy=None):
+    """The deployed.json content for a release that passed health (deployed_at kept when the image is the same)."""
+    return release.deployed_record(release_record, when, last_healthy or None)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "rollout_serial": rollout_serial,
+            "rollout_max_fail": rollout_max_fail,
+            "rollout_summary": rollout_summary,
+            "release_deployed_record": release_deployed_record,
+        }

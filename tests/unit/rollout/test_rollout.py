@@ -1,0 +1,77 @@
+"""The rollout's batches and per-node summary (plugins/module_utils/rollout.py, plugins/filter/rollout.py)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.aic.stack.plugins.filter import rollout as rollout_filter
+from ansible_collections.aic.stack.plugins.module_utils import rollout
+
+
+@pytest.mark.parametrize(
+    ("canary", "size", "expected"),
+    [
+        (None, None, [1, "25%"]),
+        ("", "", [1, "25%"]),
+        (1, "100%", [1, "100%"]),
+        ("2", "3", [2, 3]),
+        (0, "50%", ["50%"]),
+        (1, " 12.5 % ", [1, "12.5%"]),
+    ],
+)
+def test_serial(canary, size, expected):
+    assert rollout.serial(canary, size) == expected
+
+
+@pytest.mark.parametrize(
+    ("canary", "size", "field"),
+    [
+        (-1, None, "aic_rollout_canary"),
+        ("one", None, "aic_rollout_canary"),
+        (True, None, "aic_rollout_canary"),
+        (1, 0, "aic_rollout_batch_size"),
+        (1, "0%", "aic_rollout_batch_size"),
+        (1, "150%", "aic_rollout_batch_size"),
+        (1, "half", "aic_rollout_batch_size"),
+    ],
+)
+def test_bad_batches_name_the_field(canary, size, field):
+    with pytest.raises(rollout.RolloutError, match=field):
+        rollout.serial(canary, size)
+    with pytest.raises(AnsibleFilterError, match=f"Invalid input: {field}"):
+        rollout_filter.rollout_serial(canary, size)
+
+
+def test_max_fail_percentage():
+    assert rollout.max_fail_percentage("") == 0
+    assert rollout.max_fail_percentage("30") == 30
+    with pytest.raises(rollout.RolloutError, match="aic_rollout_max_fail_percentage"):
+        rollout.max_fail_percentage(101)
+
+
+def test_summary_names_every_node_and_what_happened():
+    outcomes = {
+        "node1": {"state": "rolled_back", "before": "img:a", "after": "img:a", "target": "img:b", "cause": "vLLM: 500"},
+        "node2": {"state": "healthy", "before": "img:a", "after": "img:b", "target": "img:b"},
+        "node3": {"state": "started", "before": "img:a", "target": "img:b"},
+        "node4": {"state": "healthy", "before": "img:b", "after": "img:b", "target": "img:b"},
+        "node5": {"state": "failed", "before": "none", "target": "img:b", "cause": "LMCache", "restore": ""},
+    }
+    hosts = ["node1", "node2", "node3", "node4", "node5", "node6"]
+    out = rollout.summary(hosts, outcomes, reached={"node2", "node4", "node6"})
+    assert out["lines"] == [
+        "node1: FAILED on img:b (vLLM: 500); rolled back to img:a, healthy",
+        "node2: healthy, img:a -> img:b",
+        "node3: UNREACHABLE or lost during the rollout (img:a -> img:b)",
+        "node4: healthy, unchanged (img:b)",
+        "node5: FAILED on img:b (LMCache); not restored",
+        "node6: not reached (untouched)",
+    ]
+    assert out["counts"] == {"rolled_back": 1, "healthy": 2, "unreachable": 1, "failed": 1, "not_reached": 1}
+
+
+def test_summary_filter_reads_the_outcome_fact():
+    hostvars = {"a": {"aic_rollout_outcome": {"state": "healthy", "before": "x:1", "after": "x:2"}}, "b": {}}
+    out = rollout_filter.rollout_summary(["a", "b"], hostvars, ["a", "b"])
+    assert out["lines"] == ["a: healthy, x:1 -> x:2", "b: not reached (untouched)"]
