@@ -9,11 +9,14 @@ Two dialects (FACTS.md section 6):
 
 ``slurm``
     standard sbatch: ``--parsable`` gives the job id, ``--no-requeue`` is accepted, GPUs by ``--gres=gpu:N`` and only
-    when N > 0 (Slurm 22.05 rejects an empty ``--gres=`` as an invalid TRES specification).
+    when N > 0 (Slurm 22.05 rejects an empty ``--gres=`` as an invalid TRES specification), ``--constraint`` only
+    when one is set. The per-node GPU indices of a running job come from ``scontrol show job -d``.
 ``spur``
     no ``--parsable``/``--wait``/``--no-requeue``/``--overcommit`` and no script on stdin; the job id is read from
     "Submitted batch job N"; ``--controller <addr>`` on every call; GPUs by ``--gpus=N`` and an empty ``--gres=`` that
-    clears a GPU gres a script or site default may carry (SPUR has no GPU gres and cancels such jobs).
+    clears a GPU gres a script or site default may carry (SPUR has no GPU gres and cancels such jobs); always a
+    ``--constraint`` (``--constraint=`` when empty, as SPUR wants). SPUR has no ``scontrol show job``: a job's GPU ids
+    come from a site command (``.slurm/spur-gpu-allocation``, SPUR's GetJob call), parsed by :func:`parse_gpu_ids`.
 
 The job script writes its own output, error and exit-status files under ``<logs_root>/<job id>/`` (SPUR's sacct
 reports 141 for jobs that exited 0, and a body's own EXIT trap cannot clobber the status: the body runs in a subshell).
@@ -34,6 +37,7 @@ SPEC_FIELDS = (
     "gpus",
     "time_limit",
     "partition",
+    "constraint",
     "chdir",
     "controller",
     "extra_args",
@@ -60,6 +64,8 @@ MANAGED_FLAGS = (
     "-t",
     "--partition",
     "-p",
+    "--constraint",
+    "-C",
     "--output",
     "-o",
     "--error",
@@ -136,8 +142,9 @@ def job_spec(spec):
     """Validate and normalise a job spec (dict); raise :class:`SlurmSpecError` naming the bad field.
 
     Keys: ``name``, ``command`` (the script body), ``dialect`` (slurm|spur), ``nodes`` (>= 1), ``gpus`` (>= 0),
-    ``time_limit``, ``partition``, ``chdir``, ``controller`` (spur only), ``extra_args`` (list of str), ``env``
-    (dict), ``logs_root`` (absolute), ``requeue`` (bool; slurm dialect: false adds ``--no-requeue``).
+    ``time_limit``, ``partition``, ``constraint`` (node features; spur passes it even when empty), ``chdir``,
+    ``controller`` (spur only), ``extra_args`` (list of str), ``env`` (dict), ``logs_root`` (absolute), ``requeue``
+    (bool; slurm dialect: false adds ``--no-requeue``).
     Empty strings mean "not set" (Slurm's default).
     """
     if not isinstance(spec, dict):
@@ -177,6 +184,12 @@ def job_spec(spec):
     time_limit = _str_field(spec, "time_limit")
     if time_limit and not re.match(r"^[0-9][0-9:-]*$|^(?i:unlimited|infinite)$", time_limit):
         raise SlurmSpecError(f"time_limit must be a Slurm time such as 30, 01:00:00 or 1-00:00:00 (got {time_limit!r})")
+    constraint = spec.get("constraint")
+    if constraint is not None and not isinstance(constraint, str):
+        raise SlurmSpecError(f"constraint must be a string such as GFX942&NVME (got {constraint!r})")
+    constraint = (constraint or "").strip()
+    if any(c.isspace() for c in constraint):
+        raise SlurmSpecError(f"constraint must not contain whitespace (got {constraint!r})")
     requeue = spec.get("requeue", False)
     if not isinstance(requeue, bool):
         raise SlurmSpecError(f"requeue must be a boolean (got {requeue!r})")
@@ -188,6 +201,7 @@ def job_spec(spec):
         "gpus": _int_field(spec, "gpus", 0) if spec.get("gpus") is not None else 0,
         "time_limit": time_limit,
         "partition": _str_field(spec, "partition"),
+        "constraint": constraint,
         "chdir": _str_field(spec, "chdir"),
         "controller": controller,
         "extra_args": list(extra),
@@ -219,6 +233,9 @@ def sbatch_argv(spec, script_path, sbatch="sbatch"):
         argv.append(f"--time={spec['time_limit']}")
     if spec["partition"]:
         argv.append(f"--partition={spec['partition']}")
+    # SPUR wants --constraint passed, empty too (FACTS.md section 6); standard Slurm only gets a non-empty one.
+    if spur or spec["constraint"]:
+        argv.append(f"--constraint={spec['constraint']}")
     if spec["chdir"]:
         argv.append(f"--chdir={spec['chdir']}")
     if not spur and not spec["requeue"]:
@@ -424,4 +441,194 @@ def _expand_one(pattern):
         width = len(lo)
         for number in range(int(lo), int(hi if sep else lo) + 1):
             out.extend(_expand_one(f"{head}{number:0{width}d}{tail}"))
+    return out
+
+
+# -- GPU ids of a job's nodes -----------------------------------------------------------------------------------------
+# Keys of one detail record of ``scontrol show job -d``: "Nodes=n[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:2(IDX:0-1)"
+# (GRES_IDX= before Slurm 17.11). A key outside these ends the record.
+_DETAIL_KEYS = ("CPU_IDs", "Mem", "GRES", "GRES_IDX")
+_GRES_ENTRY_RE = re.compile(
+    r"^(?P<name>[A-Za-z0-9_/-]+)(?::(?P<type>[^:(]+))?(?::(?P<count>[0-9]+))?"
+    r"(?:\((?P<kind>IDX|CNT):(?P<list>[^)]*)\))?$"
+)
+_GPU_ID_RE = re.compile(r"^(?:[0-9]+|GPU-[0-9A-Fa-f-]+)$")
+_GPU_RANGE_RE = re.compile(r"^([0-9]+)-([0-9]+)$")
+_PLACEHOLDER_RE = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+GPU_IDS_PLACEHOLDERS = ("job_id", "controller")
+
+
+def expand_index_list(text):
+    """Slurm's index list (``0,2-3``, the IDX of a gres) as a list of strings: ``["0", "2", "3"]``."""
+    out = []
+    for item in (text or "").split(","):
+        item = item.strip()
+        if not item or item.upper() == "N/A":
+            continue
+        lo, sep, hi = item.partition("-")
+        if not lo.isdigit() or (sep and not hi.isdigit()) or (sep and int(hi) < int(lo)):
+            raise SlurmSpecError(f"bad GPU index range {item!r} in {text!r}")
+        out.extend(str(n) for n in range(int(lo), int(hi if sep else lo) + 1))
+    return out
+
+
+def _split_outside_parens(text):
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
+def gres_gpu_ids(gres):
+    """GPU indices in one node's GRES of ``scontrol show job -d`` (``gpu:2(IDX:0-1)``, ``gpu:mi355x:2(IDX:0,2)``,
+    ``gpu:a:1(IDX:0),gpu:b:1(IDX:3),nic:1(IDX:0)``): a list of strings, [] without a gpu gres, None when a gpu gres
+    has a count but no indices (``gpu(CNT:2)``: gres without device files)."""
+    ids = []
+    for entry in _split_outside_parens(gres or ""):
+        if entry in ("(null)", "N/A"):
+            continue
+        match = _GRES_ENTRY_RE.match(entry)
+        if not match:
+            raise SlurmSpecError(f"unrecognised GRES entry {entry!r} in {gres!r}")
+        if match.group("name") != "gpu":
+            continue
+        count = match.group("count")
+        if count is None and (match.group("type") or "").isdigit():
+            count = match.group("type")  # gpu:2(...): the count, not a type
+        if match.group("kind") != "IDX":
+            if count == "0":
+                continue
+            return None
+        for index in expand_index_list(match.group("list")):
+            if index not in ids:
+                ids.append(index)
+    return ids
+
+
+def parse_job_details(output):
+    """The detail records of ``scontrol show job -d [-o] N``: a list of ``{"nodes": hostlist, "gres": str}``.
+
+    Works on the multi-line form (one ``Nodes=...`` line per set of nodes with the same allocation) and on the one-line
+    form (``-o``, the records inline). Empty when there are none (a pending job, or no ``-d``).
+    """
+    records, current = [], None
+    for match in re.finditer(r"(?:^|\s)([A-Za-z_/:]+)=(\S*)", output or ""):
+        key, value = match.group(1), match.group(2)
+        if key == "Nodes":
+            current = {"nodes": value, "gres": ""}
+            records.append(current)
+        elif current is not None and key in _DETAIL_KEYS:
+            if key.startswith("GRES"):
+                current["gres"] = value
+        else:
+            current = None
+    return records
+
+
+def job_gpu_ids(output, expand=None):
+    """Per-node GPU ids of a running job from ``scontrol show job -d [-o] N``: ``{host: ["0", "1"]}``.
+
+    Each detail record's node set is expanded with ``expand`` (default :func:`expand_hostlist`). A node whose gpu gres
+    has no indices (``CNT:``) maps to None (unknown); a node of a record without a gpu gres to []. Nodes of the job
+    without a record are absent, and so is every node when the output has no detail records.
+    """
+    expand = expand or expand_hostlist
+    out = {}
+    for record in parse_job_details(output):
+        ids = gres_gpu_ids(record["gres"])
+        for host in expand(record["nodes"]):
+            out[host] = None if ids is None else list(ids)
+    return out
+
+
+def gpu_ids_argv(template, job_id, controller=""):
+    """The argv of a ``gpu_ids_command`` template such as ``spur-gpu-allocation {job_id}``.
+
+    The template is split like a shell would (no shell runs it); ``{job_id}`` and ``{controller}`` are replaced in each
+    word, any other ``{name}`` is refused (other braces are kept).
+    """
+    try:
+        words = shlex.split(template or "")
+    except ValueError as exc:
+        raise SlurmSpecError(f"gpu_ids_command: {exc} in {template!r}")
+    if not words:
+        raise SlurmSpecError("gpu_ids_command is empty")
+    values = {"job_id": str(job_id), "controller": controller or ""}
+    for word in words:
+        for name in _PLACEHOLDER_RE.findall(word):
+            if name not in values:
+                raise SlurmSpecError(
+                    f"gpu_ids_command: unknown placeholder {{{name}}} in {template!r} "
+                    f"(use {', '.join('{' + p + '}' for p in GPU_IDS_PLACEHOLDERS)})"
+                )
+    return [_PLACEHOLDER_RE.sub(lambda m: values.get(m.group(1), m.group(0)), word) for word in words]
+
+
+def _gpu_id_list(text, where):
+    ids = []
+    for token in re.split(r"[\s,]+", text.strip()):
+        if not token:
+            continue
+        match = _GPU_RANGE_RE.match(token)
+        if match:
+            new = expand_index_list(token)
+        elif _GPU_ID_RE.match(token):
+            new = [token]
+        else:
+            raise SlurmSpecError(f"{where}: {token!r} is not a GPU index, range (0-3) or UUID (GPU-...)")
+        ids.extend(i for i in new if i not in ids)
+    return ids
+
+
+def parse_gpu_ids(output, hosts, expand=None):
+    """Per-node GPU ids from the output of a ``gpu_ids_command``: ``{host: [ids]}`` for every host of ``hosts``.
+
+    Two forms (blank lines and ``#`` comments ignored):
+
+    - one line of ids for every node of the job: ``0,1`` (commas and/or spaces; ranges ``0-3``; UUIDs ``GPU-...``),
+      what ``.slurm/spur-gpu-allocation`` prints; empty output means the job has no GPUs;
+    - ``NODES: IDS`` lines, NODES a host name or hostlist (``node[1-2]: 0,1``, expanded with ``expand``), IDS possibly
+      empty; a node of the job without a line has no GPUs, a node that is not in the job is an error.
+    """
+    expand = expand or expand_hostlist
+    hosts = list(hosts)
+    lines = [ln.strip() for ln in (output or "").splitlines()]
+    lines = [ln for ln in lines if ln and not ln.startswith("#")]
+    per_node = [ln for ln in lines if ":" in ln]
+    plain = [ln for ln in lines if ":" not in ln]
+    if per_node and plain:
+        raise SlurmSpecError(
+            f"gpu_ids_command: mixes 'NODE: IDS' lines with a plain id line ({plain[0]!r}); print one form only"
+        )
+    if not per_node:
+        if len(plain) > 1:
+            raise SlurmSpecError(
+                f"gpu_ids_command: {len(plain)} lines of ids without node names; print one line for the job or "
+                "'NODE: IDS' lines"
+            )
+        ids = _gpu_id_list(plain[0], "gpu_ids_command") if plain else []
+        return {host: list(ids) for host in hosts}
+    out = {host: [] for host in hosts}
+    seen = set()
+    for line in per_node:
+        nodes, _, ids_text = line.partition(":")
+        nodes = nodes.strip()
+        if not nodes:
+            raise SlurmSpecError(f"gpu_ids_command: no node name before ':' in {line!r}")
+        ids = _gpu_id_list(ids_text, f"gpu_ids_command ({nodes})")
+        for node in expand(nodes):
+            if node not in out:
+                raise SlurmSpecError(
+                    f"gpu_ids_command: node {node!r} is not a node of the job ({', '.join(hosts) or 'none'})"
+                )
+            if node in seen:
+                raise SlurmSpecError(f"gpu_ids_command: node {node!r} is listed twice")
+            seen.add(node)
+            out[node] = list(ids)
     return out

@@ -24,6 +24,7 @@ def spec(**overrides):
         "gpus": 0,
         "time_limit": "",
         "partition": "",
+        "constraint": "",
         "chdir": "",
         "controller": "",
         "extra_args": [],
@@ -44,7 +45,8 @@ def test_spur_dialect_golden():
             gpus=1,
             time_limit="03:00:00",
             partition="amd-spur",
-            extra_args=["--constraint=", "--nodelist=crsuse2-m2m-001"],
+            constraint="",
+            extra_args=["--nodelist=crsuse2-m2m-001"],
         ),
         SCRIPT,
     )
@@ -58,9 +60,9 @@ def test_spur_dialect_golden():
         "--gres=",
         "--time=03:00:00",
         "--partition=amd-spur",
+        "--constraint=",
         "--output=/dev/null",
         "--error=/dev/null",
-        "--constraint=",
         "--nodelist=crsuse2-m2m-001",
         SCRIPT,
     ]
@@ -70,13 +72,14 @@ def test_spur_dialect_golden():
     assert [a for a in argv if a.startswith("--gres")] == ["--gres="]
 
 
-def test_spur_without_gpus_or_controller_still_clears_gres():
+def test_spur_without_gpus_or_controller_still_clears_gres_and_passes_the_constraint():
     argv = slurm.sbatch_argv(spec(dialect="spur"), SCRIPT)
     assert argv == [
         "sbatch",
         "--job-name=cliff",
         "--nodes=1",
         "--gres=",
+        "--constraint=",
         "--output=/dev/null",
         "--error=/dev/null",
         SCRIPT,
@@ -86,7 +89,13 @@ def test_spur_without_gpus_or_controller_still_clears_gres():
 def test_slurm_dialect_golden():
     argv = slurm.sbatch_argv(
         spec(
-            gpus=2, nodes=2, time_limit="45", partition="defq", chdir="/work", extra_args=["--constraint=GFX942&NVME"]
+            gpus=2,
+            nodes=2,
+            time_limit="45",
+            partition="defq",
+            constraint="GFX942&NVME",
+            chdir="/work",
+            extra_args=["--cpus-per-task=8"],
         ),
         SCRIPT,
     )
@@ -98,11 +107,12 @@ def test_slurm_dialect_golden():
         "--gres=gpu:2",
         "--time=45",
         "--partition=defq",
+        "--constraint=GFX942&NVME",
         "--chdir=/work",
         "--no-requeue",
         "--output=/dev/null",
         "--error=/dev/null",
-        "--constraint=GFX942&NVME",
+        "--cpus-per-task=8",
         SCRIPT,
     ]
 
@@ -119,6 +129,14 @@ def test_slurm_dialect_never_renders_an_empty_gres():
         SCRIPT,
     ]
     assert not any(a.startswith("--gres") for a in argv)
+    assert not any(a.startswith("--constraint") for a in argv)  # empty: omitted on Slurm
+
+
+def test_a_spec_without_a_constraint_key_renders_as_before():
+    base = spec()
+    del base["constraint"]
+    assert "--constraint=" not in slurm.sbatch_argv(base, SCRIPT)
+    assert "--constraint=" in slurm.sbatch_argv(dict(base, dialect="spur"), SCRIPT)
 
 
 # -- the job script ---------------------------------------------------------------------------------------------------
@@ -172,6 +190,10 @@ def test_job_files():
         ({"logs_root": "logs"}, "logs_root must be an absolute path"),
         ({"controller": "ctl:6817"}, "controller is only used by the spur dialect"),
         ({"extra_args": ["--gres=gpu:1"]}, "is set by the role itself"),
+        ({"extra_args": ["--constraint=CPUONLY"]}, "is set by the role itself"),
+        ({"extra_args": ["-C", "CPUONLY"]}, "is set by the role itself"),
+        ({"constraint": ["CPUONLY"]}, "constraint must be a string"),
+        ({"constraint": "GFX942 & NVME"}, "constraint must not contain whitespace"),
         ({"extra_args": "--exclusive"}, "extra_args must be a list of strings"),
         ({"dialect": "spur", "extra_args": ["--no-requeue"]}, "not supported by SPUR"),
         ({"dialect": "spur", "extra_args": ["--parsable"]}, "not supported by SPUR"),
