@@ -75,6 +75,7 @@ for v in GPUS CTLD_PORT SLURMD_PORT WAIT CTRL_SSH_PORT; do
 done
 [[ $DEPLOY_USER =~ ^[a-z_][a-z0-9_-]*$ && $DEPLOY_USER != root ]] || die "AIC_REHEARSAL_USER must be a non-root user name"
 
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 node_ip() { echo "${PREFIX}.$((10 + $1))"; }
 node_dir() { echo "$BED/nodes/node$1"; }
 nodes() { ip netns list 2>/dev/null | sed -n "s/^${BED_NAME}-\\([0-9]\\+\\).*/\\1/p" | sort -n; }
@@ -355,7 +356,7 @@ down() {
 }
 
 up() {
-  local n=${1:-3} t0=$SECONDS t1 i
+  local n=${1:-3} t0=$EPOCHREALTIME t1 i
   [[ $n =~ ^[1-9][0-9]*$ ]] || die "N must be a positive integer (got '$n')"
   [ "$n" -le 200 ] || die "at most 200 nodes"
   check_tools
@@ -365,11 +366,11 @@ up() {
   # 9>&-: the bed's daemons must not inherit (and hold) this script's lock.
   "$REPO/scripts/testbed.sh" up "$n" none 9>&-
   for i in $(seq 1 "$n"); do node_files "$i"; done
-  t1=$SECONDS
-  log "bed of $n node(s) up in $((t1 - t0)) s"
+  t1=$EPOCHREALTIME
+  log "bed of $n node(s) up in $(elapsed "$t0" "$t1") s"
   start_slurm "$n"
   write_inventory "$n"
-  log "Slurm ready in $((SECONDS - t1)) s: node[1-$n] idle, gpu:$GPUS each (fake); inventory $STATE/bed.yml"
+  log "Slurm ready in $(elapsed "$t1" "$EPOCHREALTIME") s: node[1-$n] idle, gpu:$GPUS each (fake); inventory $STATE/bed.yml"
   for i in $(seq 1 "$n"); do
     log "node$i $(node_ip "$i"): kfd $(node_dir "$i")/dev/kfd, render $(node_dir "$i")/dev/dri/renderD128.., slab parent $(node_dir "$i")/m2m_nobackup"
   done
