@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 
 from ansible_collections.aic.stack.plugins.module_utils.container_specs import lmcache_env, vllm_spec
 from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import l2_adapters, server_args
@@ -29,11 +30,26 @@ def kv_transfer_config(host, port, extra=None):
     return json.dumps(config, sort_keys=True, separators=(",", ":"))
 
 
+_LABEL_NAME_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def _static_config(job_name, targets, labels=None):
+    entry = {"targets": [str(target) for target in targets]}
+    if labels:
+        for name in labels:
+            if not _LABEL_NAME_RE.match(str(name)) or str(name).startswith("__"):
+                raise ValueError(f"prometheus_config: job {job_name}: {name!r} is not a valid target label name")
+        entry["labels"] = {str(name): "" if value is None else str(value) for name, value in labels.items()}
+    return entry
+
+
 def prometheus_config(jobs, scrape_interval="5s", scrape_timeout=None, labels=None, rule_files=None):
     """A prometheus.yml document (as a dict) with one static job per plan entry.
 
-    ``jobs`` is a list of ``{"job", "targets"[, "metrics_path"]}`` (the plan's jobs plus those of the exporters that
-    run); a job listed twice is an error, since Prometheus refuses duplicate job names.
+    ``jobs`` is a list of ``{"job", "targets"[, "labels"][, "metrics_path"]}`` (the plan's jobs plus those of the
+    exporters that run), or ``{"job", "groups": [{"targets", "labels"}, ...]}`` for targets with their own labels
+    (one ``static_configs`` entry per group: per node, per GPU; ``aic.stack.cluster_scrape_jobs``). A job listed
+    twice is an error, since Prometheus refuses duplicate job names.
     """
     interval = str(scrape_interval)
     global_cfg = {"scrape_interval": interval, "evaluation_interval": interval}
@@ -48,14 +64,15 @@ def prometheus_config(jobs, scrape_interval="5s", scrape_timeout=None, labels=No
     config = {"global": global_cfg}
     if rule_files:
         config["rule_files"] = [str(path) for path in rule_files]
-    config["scrape_configs"] = [
-        {
-            "job_name": job["job"],
-            "metrics_path": job.get("metrics_path", "/metrics"),
-            "static_configs": [{"targets": list(job["targets"])}],
-        }
-        for job in jobs
-    ]
+    config["scrape_configs"] = []
+    for job in jobs:
+        if "groups" in job:
+            static = [_static_config(job["job"], g["targets"], g.get("labels")) for g in job["groups"]]
+        else:
+            static = [_static_config(job["job"], job["targets"], job.get("labels"))]
+        config["scrape_configs"].append(
+            {"job_name": job["job"], "metrics_path": job.get("metrics_path", "/metrics"), "static_configs": static}
+        )
     return config
 
 

@@ -25,6 +25,8 @@ DEFAULTS = {
     "aic_flavour": "cpu",
     "aic_stack_name": "aic",
     "aic_bind_address": "127.0.0.1",
+    # How the other hosts (the job's Prometheus) reach this node's published ports: empty = aic_bind_address.
+    "aic_advertise_address": "",
     "aic_work_dir": "/var/lib/aic",
     "aic_image_name": "aic-stack",
     "aic_stack_image": "",
@@ -92,7 +94,11 @@ DEFAULTS = {
     "aic_prometheus_port": 9090,
     "aic_prometheus_scrape_interval": "5s",
     "aic_prometheus_image_name": "aic-prometheus",
+    # Empty: build aic_prometheus_image_name from Debian's package on the base image; else run this image as is.
+    "aic_prometheus_image": "",
     "aic_monitoring_mode": "auto",
+    # The inventory host that runs the job's one Prometheus: empty = the first host of aic_nodes.
+    "aic_monitoring_host": "",
     "aic_docker_host": "",
     "aic_node_exporter_image": "",
     "aic_node_exporter_image_name": "aic-node-exporter",
@@ -165,6 +171,11 @@ MONITORING_MODES = ("auto", "full", "prometheus_only")
 NIXL_L2_BACKENDS = ("nixl_posix", "ais_mt", "nfs")
 IMAGE_REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*(:[0-9]+/[A-Za-z0-9._/-]+)?:[A-Za-z0-9._-]+$")
 DOCKER_HOST_RE = re.compile(r"^(unix|tcp|ssh|http|https)://\S+$")
+# aic_advertise_address: an IP address (ipaddress) or a host name (dot-separated labels; '_' accepted, as in
+# /etc/hosts).
+HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*$")
+# An Ansible inventory host name (aic_monitoring_host): no whitespace, no pattern characters.
+INVENTORY_HOST_RE = re.compile(r"^[A-Za-z0-9_.\[\]:-]+$")
 
 
 class PlanError(ValueError):
@@ -191,6 +202,9 @@ FLAVOUR_DEFAULTS = {
         "aic_model_num_kv_heads": 8,
         "aic_model_head_dim": 64,
         "aic_model_kv_dtype_bytes": 1,
+        # The rocm flavour never builds the debootstrap base image: monitoring runs the pinned upstream images.
+        "aic_prometheus_image": "prom/prometheus:v3.13.2",
+        "aic_node_exporter_image": "quay.io/prometheus/node-exporter:v1.12.1",
     },
 }
 
@@ -314,6 +328,11 @@ def validate(values):
         ipaddress.ip_address(values["aic_bind_address"])
     except ValueError as exc:
         raise PlanError(f"aic_bind_address: {values['aic_bind_address']!r} is not an IP address") from exc
+    _check_advertise_address(values["aic_advertise_address"])
+    if values["aic_monitoring_host"] and not INVENTORY_HOST_RE.match(values["aic_monitoring_host"]):
+        raise PlanError(
+            f"aic_monitoring_host: {values['aic_monitoring_host']!r} is not an inventory host name (no spaces or patterns)"
+        )
     if not DURATION_RE.match(values["aic_prometheus_scrape_interval"]):
         raise PlanError(
             f"aic_prometheus_scrape_interval: {values['aic_prometheus_scrape_interval']!r} is not a duration like 5s"
@@ -326,7 +345,12 @@ def validate(values):
         raise PlanError(
             f"aic_monitoring_mode: {values['aic_monitoring_mode']!r} is not one of {', '.join(MONITORING_MODES)}"
         )
-    for name in ("aic_node_exporter_image", "aic_amd_metrics_exporter_image", "aic_grafana_image"):
+    for name in (
+        "aic_prometheus_image",
+        "aic_node_exporter_image",
+        "aic_amd_metrics_exporter_image",
+        "aic_grafana_image",
+    ):
         if values[name] and not IMAGE_REF_RE.match(values[name]):
             raise PlanError(f"{name}: {values[name]!r} is not an image reference name:tag")
     if values["aic_docker_host"] and not DOCKER_HOST_RE.match(values["aic_docker_host"]):
@@ -417,6 +441,16 @@ def validate(values):
         )
 
 
+def _check_advertise_address(value):
+    if not value:
+        return
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        if not HOSTNAME_RE.match(value):
+            raise PlanError(f"aic_advertise_address: {value!r} is neither an IP address nor a host name") from None
+
+
 def vllm_instance_count(v):
     """vLLM containers per node: aic_vllm_instances, or (0) one per GPU on rocm and one on cpu."""
     if v["aic_vllm_instances"]:
@@ -477,6 +511,9 @@ def _monitoring(v, names, ports):
         "mode": v["aic_monitoring_mode"],
         # Empty: the community.docker default (DOCKER_HOST, else the local socket).
         "docker_host": v["aic_docker_host"],
+        # The inventory host of the job's Prometheus; empty: the first host of aic_nodes (resolved by the playbook,
+        # aic.stack.job_monitoring_host).
+        "host": v["aic_monitoring_host"],
         "jobs": extra_jobs,
         "exporters": [
             {
@@ -538,7 +575,9 @@ def build_plan(inputs):
         "amd_metrics_exporter": v["aic_amd_metrics_exporter_port"],
         "grafana": v["aic_grafana_port"],
     }
-    host = f"[{bind}]" if ":" in bind else bind
+    # Endpoints use the address the other hosts reach this node on (the bind address unless advertised).
+    advertise = v["aic_advertise_address"] or bind
+    host = f"[{advertise}]" if ":" in advertise else advertise
     instances = _vllm_instances(v, stack, host)
     endpoints = {
         "vllm": f"http://{host}:{ports['vllm']}",
@@ -551,7 +590,9 @@ def build_plan(inputs):
         "stack_name": stack,
         "bind_address": bind,
         # Address part of docker's published_ports ("[::1]" for IPv6).
-        "publish_address": host,
+        "publish_address": f"[{bind}]" if ":" in bind else bind,
+        # Where the other hosts (the job's Prometheus) reach this node's published ports.
+        "advertise_address": advertise,
         "network": names["network"],
         "containers": {k: names[k] for k in ("vllm", "lmcache", "prometheus")},
         # Every vLLM container of the node (instance 0 is containers.vllm / ports.vllm / endpoints.vllm).
@@ -585,7 +626,8 @@ def build_plan(inputs):
                 # Deploy this exact image instead of the last build (rollouts of a known tag).
                 "pinned": v["aic_stack_image"] or None,
             },
-            "prometheus": {"name": v["aic_prometheus_image_name"]},
+            # image: run this one as is (pulled only when missing); empty: build "name" on the base image.
+            "prometheus": {"name": v["aic_prometheus_image_name"], "image": v["aic_prometheus_image"]},
             # rocm flavour build inputs; the arch matrix and build args are derived by plugins/filter/rocm.py.
             "rocm": {
                 "arches": v["aic_rocm_arches"],

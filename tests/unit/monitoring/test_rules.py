@@ -160,3 +160,34 @@ def test_only_running_exporters_are_scraped():
 def test_duplicate_jobs_are_refused():
     with pytest.raises(ValueError, match="duplicate scrape job names: vllm"):
         prometheus_config([{"job": "vllm", "targets": ["a:1"]}, {"job": "vllm", "targets": ["b:1"]}])
+
+
+def test_label_groups_become_one_static_config_each():
+    config = prometheus_config(
+        [
+            {"job": "prometheus", "targets": ["localhost:9090"]},
+            {"job": "lmcache", "targets": ["aic-lmcache:8080"], "labels": {"node": "n1"}},
+            {
+                "job": "vllm",
+                "groups": [
+                    {"targets": ["aic-vllm:8000"], "labels": {"node": "n1", "gpu": "0"}},
+                    {"targets": ["10.0.0.2:8000", "10.0.0.2:8001"], "labels": {"node": "n2", "gpu": 3}},
+                    {"targets": ["10.0.0.3:8000"], "labels": {"node": "n3", "gpu": None}},
+                ],
+            },
+        ]
+    )
+    jobs = {job["job_name"]: job["static_configs"] for job in config["scrape_configs"]}
+    assert jobs["prometheus"] == [{"targets": ["localhost:9090"]}]
+    assert jobs["lmcache"] == [{"targets": ["aic-lmcache:8080"], "labels": {"node": "n1"}}]
+    assert jobs["vllm"] == [
+        {"targets": ["aic-vllm:8000"], "labels": {"node": "n1", "gpu": "0"}},
+        {"targets": ["10.0.0.2:8000", "10.0.0.2:8001"], "labels": {"node": "n2", "gpu": "3"}},
+        {"targets": ["10.0.0.3:8000"], "labels": {"node": "n3", "gpu": ""}},
+    ]
+
+
+@pytest.mark.parametrize("name", ["__address__", "gpu-id", "0node", "node label"])
+def test_invalid_target_label_names_are_refused(name):
+    with pytest.raises(ValueError, match=f"job vllm: {name!r} is not a valid target label name"):
+        prometheus_config([{"job": "vllm", "groups": [{"targets": ["a:1"], "labels": {name: "x"}}]}])

@@ -70,6 +70,7 @@ NON_DEFAULTS = {
     "aic_model_kv_dtype_bytes": 2,
     "aic_stack_name": "lab",
     "aic_bind_address": "0.0.0.0",
+    "aic_advertise_address": "node1.example",
     "aic_work_dir": "/srv/aic",
     "aic_image_name": "lab-stack",
     "aic_base_image_name": "lab-base",
@@ -95,7 +96,9 @@ NON_DEFAULTS = {
     "aic_prometheus_port": 19090,
     "aic_prometheus_scrape_interval": "15s",
     "aic_prometheus_image_name": "lab-prometheus",
+    "aic_prometheus_image": "prom/prometheus:v3.12.0",
     "aic_monitoring_mode": "prometheus_only",
+    "aic_monitoring_host": "mon1",
     "aic_docker_host": "unix:///run/lab/docker.sock",
     "aic_node_exporter_image": "quay.io/prometheus/node-exporter:v1.12.1",
     "aic_node_exporter_image_name": "lab-node-exporter",
@@ -179,7 +182,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
     assert plan["images"]["stack"]["name"] == "aic-stack-cpu"
     assert plan["images"]["stack"]["pip_packages"] == DEFAULTS["aic_pip_packages"]
     assert plan["images"]["stack"]["pip_nodeps_packages"] == DEFAULTS["aic_pip_nodeps_packages"]
-    assert plan["images"]["prometheus"] == {"name": "aic-prometheus"}
+    assert plan["images"]["prometheus"] == {"name": "aic-prometheus", "image": ""}
     assert plan["vllm"] == {
         "model": "/opt/aic/models/tiny-llama",
         "model_name": "tiny-llama",

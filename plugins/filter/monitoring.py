@@ -1,0 +1,66 @@
+# Copyright: aic.stack contributors
+# Apache-2.0
+"""Filters for the job's one Prometheus (the logic lives in module_utils/cluster_monitoring.py)."""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.aic.stack.plugins.module_utils import cluster_monitoring as cm
+
+
+def _wrap(func):
+    def filter_(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except cm.MonitoringError as exc:
+            raise AnsibleFilterError(str(exc)) from exc
+
+    filter_.__name__ = func.__name__
+    filter_.__doc__ = func.__doc__
+    return filter_
+
+
+def cluster_scrape_jobs(hostvars, hosts, monitoring_host):
+    """Scrape jobs (for prometheus_config) of every node's targets, with node/gpu labels."""
+    return cm.cluster_scrape_jobs(hostvars, hosts, monitoring_host)
+
+
+def cluster_expected_targets(hostvars, hosts, monitoring_host=None, exporters=True):
+    """Label matchers (prometheus_targets expected_targets) of every required target of ``hosts``."""
+    return cm.cluster_expected_targets(hostvars, hosts, monitoring_host, exporters=exporters)
+
+
+def node_expected_targets(plan, node):
+    """Label matchers of one node's stack targets (vLLM per GPU, LMCache) plus Prometheus itself."""
+    return cm.node_expected_targets(plan, node)
+
+
+def job_monitoring_host(hostvars, nodes, default=""):
+    """The inventory host of the job's Prometheus (aic_monitoring_host, else ``default``, else the first node)."""
+    return cm.job_monitoring_host(hostvars, nodes, default)
+
+
+def job_prometheus_url(hostvars, monitoring_host):
+    """Base URL of the job's Prometheus (the monitoring host's published endpoint)."""
+    return cm.job_prometheus_url(hostvars, monitoring_host)
+
+
+def monitoring_local_builds(plan, part):
+    """Monitoring images built on the base image here (``server``: Prometheus; ``exporters``: node-exporter)."""
+    return cm.local_builds(plan, part)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            func.__name__: _wrap(func)
+            for func in (
+                cluster_scrape_jobs,
+                cluster_expected_targets,
+                node_expected_targets,
+                job_monitoring_host,
+                job_prometheus_url,
+                monitoring_local_builds,
+            )
+        }

@@ -1,0 +1,240 @@
+# Copyright: aic.stack contributors
+# Apache-2.0
+"""One Prometheus for the job: which host runs it, what it scrapes on every node, and what health expects.
+
+Pure functions over the per-host plans (``aic_plan``) and the per-node exporter decision (the fact
+``monitoring_exporters_running``: names of the exporters that run on the node). Ansible's ``hostvars`` is read as
+a plain mapping of host name to variables, so unit tests pass dicts.
+
+Targets: on the monitoring host's own node (same host, same Docker engine) Prometheus runs on the stack's bridge
+network and scrapes containers by name on their own ports, exactly like the single-node stack; every other node is
+scraped at ``<aic_advertise_address>:<published port>``. Every target carries ``node`` (inventory host name), and
+vLLM targets ``gpu`` (the instance's GPU id from the plan, empty on cpu).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from ansible_collections.aic.stack.plugins.module_utils.plan import DEFAULTS, PlanError, build_plan
+
+# The fact each node publishes after its exporter decision (roles/monitoring/tasks/exporters.yml).
+RUNNING_FACT = "monitoring_exporters_running"
+# Jobs scraped but not required by health: NIXL serves telemetry only from the worker that won the port, and only
+# after its first transfer.
+OPTIONAL_JOBS = ("nixl",)
+# Stack jobs per node, in the order they appear in prometheus.yml (exporters follow, in plan order).
+_PROMETHEUS_JOB = "prometheus"
+
+
+class MonitoringError(ValueError):
+    """Inconsistent cluster monitoring inputs; the message names the host and the variable."""
+
+
+def _get(mapping, key, default=None):
+    try:
+        return mapping[key]
+    except (KeyError, TypeError):
+        return default
+
+
+def _host_vars(hostvars, host):
+    if host not in hostvars:
+        raise MonitoringError(f"{host!r} is not a host of the inventory")
+    return hostvars[host]
+
+
+def plan_of(hostvars, host):
+    """The host's ``aic_plan``; a host whose preflight did not run in this play gets its plan built from its aic_*
+    variables (validated the same way)."""
+    variables = _host_vars(hostvars, host)
+    plan = _get(variables, "aic_plan")
+    if plan:
+        return plan
+    inputs = {name: variables[name] for name in DEFAULTS if name in variables}
+    try:
+        return build_plan(inputs)[0]
+    except PlanError as exc:
+        raise MonitoringError(f"{host}: invalid input: {exc}") from exc
+
+
+def _node_plan(hostvars, host):
+    variables = _host_vars(hostvars, host)
+    plan = _get(variables, "aic_plan")
+    if not plan:
+        raise MonitoringError(f"{host}: no aic_plan (run the preflight role on every node first)")
+    return plan
+
+
+def job_monitoring_host(hostvars, nodes, default=""):
+    """The inventory host that runs the job's Prometheus: the nodes' ``aic_monitoring_host`` (all that set it must
+    agree), else ``default`` (the playbook passes ``groups['aic_nodes'] | first``), else the first node."""
+    nodes = list(nodes)
+    requested = {}
+    for host in nodes:
+        plan = _get(_host_vars(hostvars, host), "aic_plan") or {}
+        value = _get(_get(plan, "monitoring", {}), "host", "")
+        if value:
+            requested.setdefault(value, []).append(host)
+    if len(requested) > 1:
+        detail = "; ".join(f"{value!r} on {', '.join(hosts)}" for value, hosts in sorted(requested.items()))
+        raise MonitoringError(f"aic_monitoring_host: the nodes disagree on the job's monitoring host ({detail})")
+    if requested:
+        host = next(iter(requested))
+    elif default:
+        host = default
+    elif nodes:
+        host = nodes[0]
+    else:
+        raise MonitoringError("aic_monitoring_host: no nodes, and no monitoring host given")
+    if host not in hostvars:
+        raise MonitoringError(f"aic_monitoring_host: {host!r} is not a host of the inventory")
+    return host
+
+
+def job_prometheus_url(hostvars, monitoring_host):
+    """Base URL of the job's Prometheus: the monitoring host's published Prometheus endpoint (its advertise
+    address and aic_prometheus_port)."""
+    return plan_of(hostvars, monitoring_host)["endpoints"]["prometheus"]
+
+
+def is_local(host, monitoring_host):
+    """Whether Prometheus reaches ``host``'s containers by name on its own bridge network (same host, same engine)."""
+    return host == monitoring_host
+
+
+def _address(host, plan, monitoring_host):
+    """``host:port`` prefix for a node's published ports, checked to be reachable from another host."""
+    advertise = plan["advertise_address"]
+    bind = plan["bind_address"]
+    if _unreachable(advertise):
+        raise MonitoringError(
+            f"{host}: aic_advertise_address is {advertise!r} (empty = aic_bind_address), which the monitoring host "
+            f"{monitoring_host} cannot reach; set it to the name or IP address other hosts use for {host}"
+        )
+    try:
+        loopback = ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        loopback = False
+    if loopback:
+        raise MonitoringError(
+            f"{host}: aic_bind_address {bind} publishes the services on {host}'s loopback only, out of reach of the "
+            f"monitoring host {monitoring_host}; set aic_bind_address (0.0.0.0, or the address of aic_advertise_address)"
+        )
+    return f"[{advertise}]" if ":" in advertise else advertise
+
+
+def _unreachable(address):
+    if not address or address.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return ip.is_loopback or ip.is_unspecified
+
+
+def _split(target):
+    host, _, port = str(target).rpartition(":")
+    return host, port
+
+
+def _running(variables, plan):
+    names = _get(variables, RUNNING_FACT)
+    if not names:
+        return []
+    names = [str(name) for name in names]
+    return [e for e in plan["monitoring"]["exporters"] if e["name"] in names]
+
+
+def _node_targets(hostvars, host, monitoring_host):
+    """[(job, target, labels)] of one node, in prometheus.yml order."""
+    variables = _host_vars(hostvars, host)
+    plan = _node_plan(hostvars, host)
+    local = is_local(host, monitoring_host)
+    address = None if local else _address(host, plan, monitoring_host)
+    gpus = {f"{i['name']}:{i['port']}": i["gpu"] for i in plan["vllm_instances"]}
+    jobs = [j for j in plan["prometheus"]["jobs"] if j["job"] != _PROMETHEUS_JOB]
+    jobs += list(plan["monitoring"]["jobs"]) + _running(variables, plan)
+    out = []
+    for job in jobs:
+        for target in job["targets"]:
+            labels = {"node": host}
+            if job["job"] == "vllm":
+                gpu = gpus.get(target)
+                labels["gpu"] = "" if gpu is None else str(gpu)
+            if not local:
+                # Every service publishes its container port unchanged on the node (plan ports).
+                target = f"{address}:{_split(target)[1]}"
+            out.append((job["job"], target, labels))
+    return out
+
+
+def cluster_scrape_jobs(hostvars, hosts, monitoring_host):
+    """Scrape jobs of the job's Prometheus for ``aic.stack.prometheus_config``: every target of every node in
+    ``hosts`` grouped per job, one static group per (node, labels), plus Prometheus itself on the monitoring host.
+
+    A node's exporters are those of its ``monitoring_exporters_running`` fact (none when it is absent).
+    """
+    hosts = list(dict.fromkeys(hosts))
+    mon_plan = plan_of(hostvars, monitoring_host)
+    own = next(j for j in mon_plan["prometheus"]["jobs"] if j["job"] == _PROMETHEUS_JOB)
+    order = [_PROMETHEUS_JOB]
+    groups = {_PROMETHEUS_JOB: [{"targets": list(own["targets"]), "labels": {"node": monitoring_host}}]}
+    for host in hosts:
+        for job, target, labels in _node_targets(hostvars, host, monitoring_host):
+            if job not in groups:
+                order.append(job)
+                groups[job] = []
+            same = next((g for g in groups[job] if g["labels"] == labels), None)
+            if same is None:
+                groups[job].append({"targets": [target], "labels": labels})
+            elif target not in same["targets"]:
+                same["targets"].append(target)
+    return [{"job": job, "groups": groups[job]} for job in order]
+
+
+def cluster_expected_targets(hostvars, hosts, monitoring_host=None, exporters=True):
+    """Label matchers for ``aic.stack.prometheus_targets`` (``expected_targets``): every required target of every
+    node in ``hosts`` (vLLM per GPU, LMCache, and with ``exporters`` the exporters that run there), plus Prometheus
+    itself when ``monitoring_host`` is given. NIXL telemetry is scraped but not required."""
+    out = []
+    if monitoring_host:
+        out.append({"job": _PROMETHEUS_JOB, "node": monitoring_host})
+    exporter_jobs = set()
+    for host in dict.fromkeys(hosts):
+        plan = _node_plan(hostvars, host)
+        exporter_jobs = {e["job"] for e in plan["monitoring"]["exporters"]}
+        # Targets are resolved against the node itself: only the labels matter here, not the addresses.
+        for job, _target, labels in _node_targets(hostvars, host, host):
+            if job in OPTIONAL_JOBS or (not exporters and job in exporter_jobs):
+                continue
+            matcher = {"job": job, **labels}
+            if matcher not in out:
+                out.append(matcher)
+    return out
+
+
+def node_expected_targets(plan, node):
+    """What one node's health check expects of the job's Prometheus: Prometheus itself (wherever it runs), every
+    vLLM instance of the node with its GPU, and the node's LMCache."""
+    out = [{"job": _PROMETHEUS_JOB}]
+    for instance in plan["vllm_instances"]:
+        out.append({"job": "vllm", "node": node, "gpu": "" if instance["gpu"] is None else str(instance["gpu"])})
+    out.append({"job": "lmcache", "node": node})
+    return out
+
+
+def local_builds(plan, part):
+    """Monitoring images this host builds FROM the base image (so it needs ``image_build_base_ref``).
+
+    ``part`` is ``server`` (Prometheus, on the monitoring host) or ``exporters`` (on every node). An image given in
+    the plan (the rocm flavour's upstream images) is never built.
+    """
+    if part == "server":
+        return [] if plan["images"]["prometheus"]["image"] else ["prometheus"]
+    if part != "exporters":
+        raise MonitoringError(f"local_builds: part must be 'server' or 'exporters', got {part!r}")
+    if plan["monitoring"]["mode"] == "prometheus_only":
+        return []
+    return [e["name"] for e in plan["monitoring"]["exporters"] if e["enabled"] and e["build_name"] and not e["image"]]
