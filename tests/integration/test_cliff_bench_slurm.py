@@ -1,7 +1,9 @@
 """make cliff-kvd CLIFF_WHERE=slurm on the real single-node Slurm: the controller resolves the profile and submits
 one batch job that runs playbooks/bench.yml with a local connection on the node; the play's result is the job's, its
-output lands in logs/<job id>/ and, CLIFF_JOB being empty, the results in logs/<job id>/results/. Bad input fails
-before anything is submitted. The spur dialect's command line is checked in check mode (nothing submitted)."""
+output lands in logs/<job id>/ and, CLIFF_JOB being empty, the results in logs/<job id>/results/. The job asks for
+its GPU (the single-node Slurm advertises 2 fake gpu gres), partition and constraint in both dialects. Bad input fails
+before anything is submitted. The spur dialect's command line is checked in check mode (nothing submitted), with the
+local inventory and with inventories/spur's own group_vars."""
 
 from __future__ import annotations
 
@@ -56,6 +58,11 @@ def test_the_benchmark_runs_in_the_job_not_on_the_controller(bench_job, slurm_co
     fields = slurm(slurm_conf, "scontrol", "show", "job", "-o", job_id).stdout
     assert "JobState=COMPLETED" in fields
     assert "TimeLimit=02:00:00" in fields  # the cliff_kvd profile's slurm_time
+    # The job asked for its GPU (cliff_bench_slurm_gpus, 1 by default) and ran in the cluster's default partition.
+    assert "TresPerNode=gres:gpu:1" in fields
+    assert "Partition=debug" in fields
+    assert "--gres=gpu:1" in stdout  # the "Submitting: sbatch ..." line
+    assert "--constraint" not in stdout  # empty: none on Slurm
     job_dir = REPO / "logs" / job_id
     assert (job_dir / f"{JOB_NAME}.exit").read_text() == "0\n"
     out = (job_dir / f"{JOB_NAME}.out").read_text()
@@ -121,6 +128,9 @@ def test_spur_dialect_submits_the_bench_playbook_with_the_operators_input(tmp_pa
             "cliff_bench_overrides": overrides,
             "cliff_bench_job_id": "spur-run",
             "cliff_bench_slurm_extra_vars": {"cliff_bench_arm_timeout": 600, "cliff_bench_job_id": "loses"},
+            "cliff_bench_slurm_gpus": 1,
+            "cliff_bench_slurm_partition": "amd-spur",
+            "cliff_bench_slurm_constraint": "",
             "slurm_job_dialect": "spur",
             "slurm_job_controller": "spur-ctl:6817",
         },
@@ -136,8 +146,11 @@ def test_spur_dialect_submits_the_bench_playbook_with_the_operators_input(tmp_pa
         "spur-ctl:6817",
         f"--job-name={JOB_NAME}",
         "--nodes=1",
+        "--gpus=1",  # SPUR has no GPU gres: --gpus=N, and an empty --gres= that clears one
         "--gres=",
         "--time=03:00:00",  # the cliff_spur_l2 profile's slurm_time
+        "--partition=amd-spur",
+        "--constraint=",  # passed even when empty: SPUR wants it
         f"--chdir={REPO}",
         "--output=/dev/null",
         "--error=/dev/null",
@@ -163,6 +176,82 @@ def test_spur_dialect_submits_the_bench_playbook_with_the_operators_input(tmp_pa
     assert command[8:] == ["-e", "cliff_bench_where=host", "-e", "ansible_connection=local"]
     assert facts(runner, "slurm_job_id") is None
     assert SUBMIT_TASK not in changed_tasks(runner)
+
+
+def test_slurm_dialect_asks_for_the_gpus_partition_and_constraint_of_the_inventory(tmp_path):
+    runner = run_playbook(
+        "playbooks/bench.yml",
+        tmp_path,
+        extravars={
+            "cliff_bench_where": "slurm",
+            "cliff_bench_slurm_gpus": 2,
+            "cliff_bench_slurm_partition": "debug",
+            "cliff_bench_slurm_constraint": "GFX942&NVME",
+        },
+        cmdline="--check",
+    )
+    assert runner.status == "successful", failures(runner)
+    argv = facts(runner, "slurm_job_sbatch_argv")
+    assert argv[:-1] == [
+        "sbatch",
+        "--parsable",
+        f"--job-name={JOB_NAME}",
+        "--nodes=1",
+        "--gres=gpu:2",
+        "--time=02:00:00",  # the cliff_kvd profile's slurm_time
+        "--partition=debug",
+        "--constraint=GFX942&NVME",
+        f"--chdir={REPO}",
+        "--no-requeue",
+        "--output=/dev/null",
+        "--error=/dev/null",
+    ]
+    assert SUBMIT_TASK not in changed_tasks(runner)
+
+
+def test_inventories_spur_group_vars_shape_the_spur_job(tmp_path):
+    """SPUR's group_vars as they are (dialect, partition amd-spur, --constraint=, --gpus=1), on a static inventory of
+    one node whose GPU ids are its own; check mode, so nothing is submitted."""
+    inventory = tmp_path / "spur-site"
+    inventory.mkdir()
+    (inventory / "group_vars").symlink_to(REPO / "inventories" / "spur" / "group_vars")
+    (inventory / "hosts.yml").write_text(
+        "all:\n  children:\n    aic_nodes:\n      hosts:\n        crsuse2-m2m-001:\n"
+        "          ansible_connection: local\n          slurm_job_gpu_ids: ['3']\n"
+    )
+    runner = run_playbook(
+        "playbooks/bench.yml",
+        tmp_path,
+        inventory=inventory,
+        extravars={"cliff_bench_profile": "cliff_spur_l2", "slurm_job_controller": "spur-ctl:6817"},
+        cmdline="--check",
+    )
+    assert runner.status == "successful", failures(runner)
+    argv = facts(runner, "slurm_job_sbatch_argv")
+    assert argv[:-1] == [
+        "sbatch",
+        "--controller",
+        "spur-ctl:6817",
+        f"--job-name={JOB_NAME}",
+        "--nodes=1",
+        "--gpus=1",
+        "--gres=",
+        "--time=03:00:00",
+        "--partition=amd-spur",
+        "--constraint=",
+        f"--chdir={REPO}",
+        "--output=/dev/null",
+        "--error=/dev/null",
+    ]
+    script = facts(runner, "slurm_job_script")
+    (line,) = [ln for ln in script.splitlines() if ln.startswith(str(VENV_BIN / "ansible-playbook"))]
+    assert shlex.split(line)[1:6] == [
+        "-i",
+        str(inventory),
+        str(REPO / "playbooks" / "bench.yml"),
+        "--limit",
+        "crsuse2-m2m-001",
+    ]
 
 
 def test_restore_the_inventory_stack(session_tmp):
