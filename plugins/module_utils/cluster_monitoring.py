@@ -116,7 +116,7 @@ def _address(host, plan, monitoring_host):
         loopback = ipaddress.ip_address(bind).is_loopback
     except ValueError:
         loopback = False
-    if loopback:
+    if loopback and bind != advertise:
         raise MonitoringError(
             f"{host}: aic_bind_address {bind} publishes the services on {host}'s loopback only, out of reach of the "
             f"monitoring host {monitoring_host}; set aic_bind_address (0.0.0.0, or the address of aic_advertise_address)"
@@ -125,13 +125,16 @@ def _address(host, plan, monitoring_host):
 
 
 def _unreachable(address):
+    """The single-host default (every host is 127.0.0.1 to itself, so it can only mean the monitoring host) and
+    unspecified addresses. Other loopback aliases (127.0.0.2, ...) are taken as deliberate: test beds put several
+    "nodes" on one machine that way."""
     if not address or address.lower() in ("localhost", "localhost.localdomain"):
         return True
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
         return False
-    return ip.is_loopback or ip.is_unspecified
+    return ip.is_unspecified or ip in (ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1"))
 
 
 def _split(target):

@@ -194,8 +194,9 @@ def test_ipv6_advertise_addresses_are_bracketed():
             "n2: aic_advertise_address is 'localhost'",
         ),
         ({"aic_advertise_address": "n2"}, "n2: aic_bind_address 127.0.0.1 publishes the services on n2's loopback"),
+        ({"aic_bind_address": "::1"}, "n2: aic_advertise_address is '::1'"),
     ],
-    ids=["default-loopback", "unspecified", "localhost", "bind-loopback"],
+    ids=["default-loopback", "unspecified", "localhost", "bind-loopback", "ipv6-loopback"],
 )
 def test_a_remote_node_out_of_reach_is_refused(inputs, message):
     hostvars = {"n1": node(), "n2": node(**inputs)}
@@ -310,3 +311,11 @@ def test_filters_are_registered_and_raise_ansible_errors():
     }
     with pytest.raises(AnsibleFilterError, match="aic_monitoring_host"):
         filters["job_monitoring_host"]({"n1": node(aic_monitoring_host="ghost")}, ["n1"])
+
+
+def test_a_loopback_alias_is_a_deliberate_one_machine_test_bed():
+    hostvars = {"n1": node(), "n2": node(aic_bind_address="127.0.0.3")}
+    jobs = by_job(cluster_scrape_jobs(hostvars, ["n1", "n2"], "n1"))
+    assert targets(jobs["lmcache"])[1] == ("n2", None, "127.0.0.3:8080")
+    with pytest.raises(MonitoringError, match="n2: aic_bind_address 127.0.0.1 publishes"):
+        cluster_scrape_jobs({"n1": node(), "n2": node(aic_advertise_address="127.0.0.3")}, ["n1", "n2"], "n1")
