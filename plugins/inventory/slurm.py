@@ -18,7 +18,8 @@ description:
     (SPUR's login nodes) an equivalent expansion in Python is used.
   - Each host gets C(slurm_job_id) (when known), C(slurm_job_nodelist), C(slurm_node_index), when the job asked for
     GPUs C(slurm_job_gpus) (GPUs per node), and when its GPU ids are known C(slurm_job_gpu_ids) - that node's own GPU
-    indices (a list of strings such as V(["0", "1"]); V([]) for a node of the job that got none).
+    indices (a list of strings such as V(["0", "1"]); V([]) for a node of the job that got none), while the job holds
+    its allocation (C(RUNNING), C(SUSPENDED), C(CONFIGURING); a finished job keeps its node list but has no GPUs).
   - GPU ids, dialect V(slurm) - the detail records of C(scontrol show job -d), one per set of nodes with the same
     allocation - C(Nodes=node[1-2] CPU_IDs=0-1 Mem=0 GRES=gpu:2) followed by the index list in parentheses,
     C(IDX:0-1) or C(IDX:0,2-3); typed gres such as C(gpu:mi355x:2) too. A gpu gres counted without device files
@@ -132,6 +133,8 @@ from ansible.utils.display import Display
 from ansible_collections.aic.stack.plugins.module_utils import slurm
 
 display = Display()
+# scontrol job states in which the job holds its nodes and their GPUs.
+ALLOCATED_STATES = ("RUNNING", "SUSPENDED", "CONFIGURING")
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable):
@@ -186,7 +189,9 @@ class InventoryModule(BaseInventoryPlugin, Constructable):
         fields = slurm.parse_scontrol_job(out)
         nodelist = fields.get("NodeList", "")
         ids = None
-        if not (self.get_option("gpu_ids_command") or "").strip():
+        state = slurm.long_state(fields.get("JobState", ""))
+        # Only a job that holds its allocation has GPU ids (a finished one keeps its NodeList and empty records).
+        if state in ALLOCATED_STATES and not (self.get_option("gpu_ids_command") or "").strip():
             try:
                 ids = slurm.job_gpu_ids(out, expand=self._hostnames)
             except slurm.SlurmSpecError as exc:

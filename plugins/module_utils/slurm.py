@@ -340,6 +340,11 @@ def parse_squeue_state(output, job_id, dialect="slurm"):
     return None
 
 
+def long_state(state):
+    """A job state as its long name (``R`` -> ``RUNNING``, ``COMPLETED+`` -> ``COMPLETED``); UNKNOWN when empty."""
+    return _long_state(state or "")
+
+
 def _long_state(state):
     state = state.strip().upper().split()[0] if state.strip() else "UNKNOWN"
     state = state.rstrip("+")

@@ -44,6 +44,7 @@ def fake_bin(tmp_path):
     bin_dir.mkdir()
     log = tmp_path / "calls.log"
     (tmp_path / "scontrol-job.txt").write_text(SCONTROL_JOB + "\n")
+    (tmp_path / "scontrol-done.txt").write_text(SCONTROL_JOB.replace("JobState=RUNNING", "JobState=COMPLETED") + "\n")
     (tmp_path / "squeue.txt").write_text(SQUEUE_SPUR)
     _script(
         bin_dir / "scontrol",
@@ -51,6 +52,7 @@ def fake_bin(tmp_path):
         echo "scontrol $*" >>{log}
         case "$*" in
           "show job -d -o 4711") cat {tmp_path}/scontrol-job.txt ;;
+          "show job -d -o 4712") cat {tmp_path}/scontrol-done.txt ;;
           "show hostnames gpu[01-03]") printf 'gpu01\\ngpu02\\ngpu03\\n' ;;
           "show hostnames gpu[01-02]") printf 'gpu01\\ngpu02\\n' ;;
           "show hostnames gpu03") echo gpu03 ;;
@@ -132,6 +134,15 @@ def test_slurm_job_every_node_gets_its_own_gpu_ids(tmp_path, fake_bin):
     assert gpu03["slurm_job_nodelist"] == "gpu[01-03]"
     assert gpu03["slurm_node_index"] == 2
     assert "scontrol show job -d -o 4711" in log.read_text().splitlines()
+
+
+def test_a_finished_job_keeps_its_nodes_but_has_no_gpu_ids(tmp_path, fake_bin):
+    bin_dir, _ = fake_bin
+    config = tmp_path / "aic-slurm.yml"
+    config.write_text('plugin: aic.stack.slurm\njob_id: "4712"\n')
+    doc, _ = inventory(config, bin_dir)
+    assert doc["aic_nodes"]["hosts"] == ["gpu01", "gpu02", "gpu03"]
+    assert not [h for h in doc["aic_nodes"]["hosts"] if "slurm_job_gpu_ids" in hostvars(doc, h)]
 
 
 def test_spur_ids_from_the_gpu_ids_command_per_node(tmp_path, fake_bin):
