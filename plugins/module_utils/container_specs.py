@@ -21,7 +21,10 @@ ROCM_ENV = {
     "AMDGCN_USE_BUFFER_OPS": "0",
     "MIOPEN_FIND_MODE": "FAST",
 }
+# The plan's default for aic_rocm_devices (the GPU compute and render nodes).
 ROCM_DEVICES = ["/dev/kfd", "/dev/dri"]
+# Seconds the engine waits beyond vLLM's own drain (--shutdown-timeout) before it kills the container.
+STOP_GRACE = 10
 HF_MOUNT = "/hf"
 
 
@@ -96,6 +99,10 @@ def vllm_spec(plan, index=0):
         command += ["--enforce-eager"]
     if vllm.get("lmcache", True):
         command += ["--kv-transfer-config", kv_transfer_config(plan)]
+    drain = int(vllm.get("drain_timeout", 0))
+    if drain:
+        # SIGTERM: refuse new requests, let in-flight ones finish for up to `drain` seconds (vLLM >= 0.18).
+        command += ["--shutdown-timeout", str(drain)]
     command += list(vllm["extra_args"])
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     mounts = []
@@ -105,7 +112,7 @@ def vllm_spec(plan, index=0):
         env.update(gpu_visibility([instance["gpu"]]))
         env.update(HF_HOME=HF_MOUNT, VLLM_CACHE_ROOT=f"{HF_MOUNT}/vllm", TORCH_HOME=f"{HF_MOUNT}/torch")
         mounts.append({"type": "bind", "source": plan["paths"]["hf_home"], "target": HF_MOUNT})
-        devices = list(ROCM_DEVICES)
+        devices = list(plan.get("rocm_devices") or ROCM_DEVICES)
     else:
         env["VLLM_CPU_KVCACHE_SPACE"] = str(vllm["cpu_kvcache_space_gb"])
     return {
@@ -118,6 +125,8 @@ def vllm_spec(plan, index=0):
         "mounts": mounts,
         "ipc_mode": _namespace(vllm["ipc_mode"], plan["containers"]["lmcache"]),
         "pid_mode": _namespace(vllm["pid_mode"], plan["containers"]["lmcache"]),
+        # docker stop waits this long after SIGTERM before SIGKILL: the drain plus a grace period.
+        "stop_timeout": drain + STOP_GRACE,
     }
 
 

@@ -15,6 +15,8 @@ import posixpath
 import re
 
 from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import L2_BACKENDS, kv_chunk_bytes, slot_size_for
+from ansible_collections.aic.stack.plugins.module_utils.rollout import RolloutError
+from ansible_collections.aic.stack.plugins.module_utils.rollout import batch_size as rollout_batch_size
 
 FLAVOURS = ("cpu", "rocm")
 EVICTION_POLICIES = ("LRU", "ARC", "IsolatedLRU", "noop")
@@ -62,6 +64,17 @@ DEFAULTS = {
     "aic_vllm_ipc_mode": "lmcache",
     "aic_vllm_pid_mode": "",
     "aic_vllm_heartbeat_interval": 900,
+    # Seconds a replaced or stopped vLLM lets its in-flight requests finish (vLLM --shutdown-timeout; new requests
+    # are refused meanwhile); the engine gets this plus 10 s before SIGKILL.
+    "aic_vllm_drain_timeout": 30,
+    # Host device paths given to the rocm containers ("path" or "host:container"): the GPU compute (kfd) and render
+    # (dri) nodes. Sites (or a rehearsal with stand-in device nodes) may point them elsewhere.
+    "aic_rocm_devices": ["/dev/kfd", "/dev/dri"],
+    # Rolling rollout (playbooks/stack.yml): canary nodes first (0: none), then batches of a count or a percentage
+    # of the job's nodes; a batch with more failed nodes than this percentage stops the rollout.
+    "aic_rollout_canary": 1,
+    "aic_rollout_batch_size": "25%",
+    "aic_rollout_max_fail_percentage": 0,
     # Connect vLLM to LMCache (LMCacheMPConnector). False: GPU prefix cache only (the cliff benchmark's vram arm).
     "aic_vllm_lmcache": True,
     "aic_gpus": [],
@@ -131,6 +144,9 @@ INT_FIELDS = {
     "aic_lmcache_nfs_pool": (1, 10_000_000),
     "aic_nixl_telemetry_port": (1, 65535),
     "aic_vllm_heartbeat_interval": (1, 86400),
+    "aic_vllm_drain_timeout": (0, 3600),
+    "aic_rollout_canary": (0, 100_000),
+    "aic_rollout_max_fail_percentage": (0, 100),
     "aic_model_num_layers": (1, 100_000),
     "aic_model_num_kv_heads": (1, 100_000),
     "aic_model_head_dim": (1, 100_000),
@@ -147,6 +163,7 @@ LIST_FIELDS = (
     "aic_pip_packages",
     "aic_pip_nodeps_packages",
     "aic_vllm_extra_args",
+    "aic_rocm_devices",
 )
 PORT_FIELDS = (
     "aic_vllm_port",
@@ -390,6 +407,13 @@ def validate(values):
             "LMCache's shareable namespace) or host (both containers on the host's): without shared IPC vLLM's KV "
             "reaches LMCache but every lookup silently misses"
         )
+    try:
+        values["aic_rollout_batch_size"] = rollout_batch_size(values["aic_rollout_batch_size"])
+    except RolloutError as exc:
+        raise PlanError(str(exc)) from exc
+    for device in values["aic_rocm_devices"]:
+        if not re.fullmatch(r"/[^:\s]+(:/[^:\s]+)?", device):
+            raise PlanError(f"aic_rocm_devices: {device!r} is not an absolute device path or host:container pair")
     for gpu in values["aic_gpus"]:
         if not re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+", gpu):
             raise PlanError(f"aic_gpus: {gpu!r} is not a GPU index or UUID")
@@ -587,6 +611,13 @@ def build_plan(inputs):
     plan = {
         "flavour": v["aic_flavour"],
         "gpus": v["aic_gpus"],
+        # Host device paths of the GPUs given to the rocm containers.
+        "rocm_devices": v["aic_rocm_devices"],
+        "rollout": {
+            "canary": v["aic_rollout_canary"],
+            "batch_size": v["aic_rollout_batch_size"],
+            "max_fail_percentage": v["aic_rollout_max_fail_percentage"],
+        },
         "stack_name": stack,
         "bind_address": bind,
         # Address part of docker's published_ports ("[::1]" for IPv6).
@@ -655,6 +686,7 @@ def build_plan(inputs):
             "ipc_mode": v["aic_vllm_ipc_mode"],
             "pid_mode": v["aic_vllm_pid_mode"],
             "heartbeat_interval": v["aic_vllm_heartbeat_interval"],
+            "drain_timeout": v["aic_vllm_drain_timeout"],
             "lmcache": v["aic_vllm_lmcache"],
         },
         "lmcache": {

@@ -46,6 +46,11 @@ NON_DEFAULTS = {
     "aic_vllm_ipc_mode": "host",
     "aic_vllm_pid_mode": "lmcache",
     "aic_vllm_heartbeat_interval": 60,
+    "aic_vllm_drain_timeout": 5,
+    "aic_rocm_devices": ["/srv/fake/kfd:/dev/kfd", "/srv/fake/dri:/dev/dri"],
+    "aic_rollout_canary": 2,
+    "aic_rollout_batch_size": "10%",
+    "aic_rollout_max_fail_percentage": 20,
     "aic_vllm_lmcache": False,
     "aic_gpus": ["4", "5"],
     "aic_hf_home": "/shared/hf",
@@ -195,6 +200,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "ipc_mode": "lmcache",
         "pid_mode": "",
         "heartbeat_interval": 900,
+        "drain_timeout": 30,
         "lmcache": True,
     }
     assert plan["lmcache"] == {
@@ -731,3 +737,31 @@ def test_vllm_without_lmcache_has_no_kv_transfer_config():
     assert "--kv-transfer-config" in with_cache
     assert "--kv-transfer-config" not in without
     assert len(with_cache) - len(without) == 2
+
+
+# --- rollout batches and ROCm devices ------------------------------------------------------------------------
+
+
+def test_rollout_inputs_reach_the_plan():
+    plan, _ = build_plan({"aic_rollout_canary": "2", "aic_rollout_batch_size": "3", "aic_rollout_max_fail_percentage": "50"})
+    assert plan["rollout"] == {"canary": 2, "batch_size": 3, "max_fail_percentage": 50}
+    plan, _ = build_plan({})
+    assert plan["rollout"] == {"canary": 1, "batch_size": "25%", "max_fail_percentage": 0}
+    assert plan["rocm_devices"] == ["/dev/kfd", "/dev/dri"]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "field"),
+    [
+        ({"aic_rollout_batch_size": "0%"}, "aic_rollout_batch_size"),
+        ({"aic_rollout_batch_size": "many"}, "aic_rollout_batch_size"),
+        ({"aic_rollout_max_fail_percentage": 101}, "aic_rollout_max_fail_percentage"),
+        ({"aic_rollout_canary": -1}, "aic_rollout_canary"),
+        ({"aic_rocm_devices": ["dev/kfd"]}, "aic_rocm_devices"),
+        ({"aic_rocm_devices": "/dev/kfd:dev/kfd"}, "aic_rocm_devices"),
+        ({"aic_vllm_drain_timeout": 4000}, "aic_vllm_drain_timeout"),
+    ],
+)
+def test_bad_rollout_and_device_inputs_name_the_field(inputs, field):
+    with pytest.raises(PlanError, match=field):
+        build_plan(inputs)
