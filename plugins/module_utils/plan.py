@@ -109,6 +109,9 @@ DEFAULTS = {
     "aic_prometheus_image_name": "aic-prometheus",
     # Empty: build aic_prometheus_image_name from Debian's package on the base image; else run this image as is.
     "aic_prometheus_image": "",
+    # Send the monitoring images (aic_prometheus_image, aic_node_exporter_image, on rocm the AMD exporter's) to the
+    # nodes like the stack image, for nodes that cannot pull: saved as artifacts from the controller's engine.
+    "aic_distribute_monitoring_images": False,
     "aic_monitoring_mode": "auto",
     # The inventory host that runs the job's one Prometheus: empty = the first host of aic_nodes.
     "aic_monitoring_host": "",
@@ -175,7 +178,7 @@ PORT_FIELDS = (
     "aic_amd_metrics_exporter_port",
     "aic_grafana_port",
 )
-BOOL_FIELDS = ("aic_vllm_lmcache", "aic_lmcache_direct_io", "aic_lmcache_separate_object_groups", "aic_grafana_enabled")
+BOOL_FIELDS = ("aic_distribute_monitoring_images", "aic_vllm_lmcache", "aic_lmcache_direct_io", "aic_lmcache_separate_object_groups", "aic_grafana_enabled")
 FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0), "aic_vllm_gpu_memory_utilization": (0.01, 1.0)}
 NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
 PATH_FIELDS = ("aic_hf_home", "aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
@@ -475,6 +478,15 @@ def _check_advertise_address(value):
             raise PlanError(f"aic_advertise_address: {value!r} is neither an IP address nor a host name") from None
 
 
+def _monitoring_images_to_distribute(v):
+    if not v["aic_distribute_monitoring_images"]:
+        return []
+    images = [v["aic_prometheus_image"], v["aic_node_exporter_image"]]
+    if v["aic_flavour"] == "rocm":
+        images.append(v["aic_amd_metrics_exporter_image"])
+    return [image for image in dict.fromkeys(images) if image]
+
+
 def vllm_instance_count(v):
     """vLLM containers per node: aic_vllm_instances, or (0) one per GPU on rocm and one on cpu."""
     if v["aic_vllm_instances"]:
@@ -659,6 +671,8 @@ def build_plan(inputs):
             },
             # image: run this one as is (pulled only when missing); empty: build "name" on the base image.
             "prometheus": {"name": v["aic_prometheus_image_name"], "image": v["aic_prometheus_image"]},
+            # Monitoring images distributed like the stack image (aic_distribute_monitoring_images): the pinned ones.
+            "distribute_monitoring": _monitoring_images_to_distribute(v),
             # rocm flavour build inputs; the arch matrix and build args are derived by plugins/filter/rocm.py.
             "rocm": {
                 "arches": v["aic_rocm_arches"],

@@ -51,6 +51,7 @@ NON_DEFAULTS = {
     "aic_rollout_canary": 2,
     "aic_rollout_batch_size": "10%",
     "aic_rollout_max_fail_percentage": 20,
+    "aic_distribute_monitoring_images": True,
     "aic_vllm_lmcache": False,
     "aic_gpus": ["4", "5"],
     "aic_hf_home": "/shared/hf",
@@ -765,3 +766,15 @@ def test_rollout_inputs_reach_the_plan():
 def test_bad_rollout_and_device_inputs_name_the_field(inputs, field):
     with pytest.raises(PlanError, match=field):
         build_plan(inputs)
+
+
+def test_monitoring_images_to_distribute_are_the_pinned_ones():
+    plan, _ = build_plan({"aic_distribute_monitoring_images": "true", "aic_prometheus_image": "prom/prometheus:v3.13.2"})
+    assert plan["images"]["distribute_monitoring"] == ["prom/prometheus:v3.13.2"]
+    plan, _ = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "org/m", "aic_distribute_monitoring_images": True})
+    assert plan["images"]["distribute_monitoring"] == [
+        "prom/prometheus:v3.13.2",
+        "quay.io/prometheus/node-exporter:v1.12.1",
+        "rocm/device-metrics-exporter:v1.5.1",
+    ]
+    assert build_plan({})[0]["images"]["distribute_monitoring"] == []
