@@ -120,6 +120,8 @@ def test_the_slurm_inventory_plugin_reads_the_allocation(bed, job, tmp_path):
     host = yaml.safe_load(out)
     assert host["slurm_job_id"] == job
     assert host["slurm_job_gpus"] == GPUS
+    # node2's own indices, from scontrol show job -d (the plugin gives them as strings)
+    assert [str(g) for g in host["slurm_job_gpu_ids"]] == [str(g) for g in range(GPUS)]
     assert host["ansible_host"] == bed["hosts"]["node2"]["ansible_host"]
 
 
