@@ -51,6 +51,16 @@ def monitoring_local_builds(plan, part):
     return cm.local_builds(plan, part)
 
 
+def cluster_slab_mountpoints(hostvars, hosts):
+    """The distinct mount points of the nodes' L2 slab filesystems (for the slab-disk alert)."""
+    return cm.cluster_slab_mountpoints(hostvars, hosts)
+
+
+def prometheus_label_matcher(values, name):
+    """``name="v"`` for one value, ``name=~"a|b"`` for several (PromQL)."""
+    return cm.label_matcher(values, name)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -62,5 +72,7 @@ class FilterModule:
                 job_monitoring_host,
                 job_prometheus_url,
                 monitoring_local_builds,
+                cluster_slab_mountpoints,
+                prometheus_label_matcher,
             )
         }

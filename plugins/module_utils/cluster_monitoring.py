@@ -15,6 +15,7 @@ vLLM targets ``gpu`` (the instance's GPU id from the plan, empty on cpu).
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from ansible_collections.aic.stack.plugins.module_utils.plan import DEFAULTS, PlanError, build_plan
 
@@ -241,3 +242,31 @@ def local_builds(plan, part):
     if plan["monitoring"]["mode"] == "prometheus_only":
         return []
     return [e["name"] for e in plan["monitoring"]["exporters"] if e["enabled"] and e["build_name"] and not e["image"]]
+
+
+# The fact each node publishes: the mount point of the filesystem that holds its L2 slab directory.
+SLAB_MOUNT_FACT = "monitoring_slab_mountpoint"
+
+
+def cluster_slab_mountpoints(hostvars, hosts):
+    """The distinct slab mount points of ``hosts`` (their ``monitoring_slab_mountpoint`` facts), ``["/"]`` if none."""
+    out = []
+    for host in dict.fromkeys(hosts):
+        value = _get(_host_vars(hostvars, host), SLAB_MOUNT_FACT)
+        if value and str(value).strip() not in out:
+            out.append(str(value).strip())
+    return out or ["/"]
+
+
+def _promql_string(text):
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def label_matcher(values, name):
+    """A PromQL label matcher for one value (``name="v"``) or several (``name=~"a|b"``, regex-escaped)."""
+    values = list(dict.fromkeys(str(v) for v in values if str(v)))
+    if not values:
+        raise MonitoringError(f"label_matcher: no value for label {name}")
+    if len(values) == 1:
+        return f"{name}={_promql_string(values[0])}"
+    return f"{name}=~{_promql_string('|'.join(re.escape(v) for v in values))}"

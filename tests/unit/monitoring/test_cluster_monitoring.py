@@ -308,6 +308,8 @@ def test_filters_are_registered_and_raise_ansible_errors():
         "job_monitoring_host",
         "job_prometheus_url",
         "monitoring_local_builds",
+        "cluster_slab_mountpoints",
+        "prometheus_label_matcher",
     }
     with pytest.raises(AnsibleFilterError, match="aic_monitoring_host"):
         filters["job_monitoring_host"]({"n1": node(aic_monitoring_host="ghost")}, ["n1"])
@@ -319,3 +321,16 @@ def test_a_loopback_alias_is_a_deliberate_one_machine_test_bed():
     assert targets(jobs["lmcache"])[1] == ("n2", None, "127.0.0.3:8080")
     with pytest.raises(MonitoringError, match="n2: aic_bind_address 127.0.0.1 publishes"):
         cluster_scrape_jobs({"n1": node(), "n2": node(aic_advertise_address="127.0.0.3")}, ["n1", "n2"], "n1")
+
+
+def test_slab_mountpoints_of_every_node():
+    from ansible_collections.aic.stack.plugins.module_utils.cluster_monitoring import cluster_slab_mountpoints
+
+    hostvars = {
+        "n1": {"monitoring_slab_mountpoint": "/mnt/nvme"},
+        "n2": {"monitoring_slab_mountpoint": "/mnt/nvme "},
+        "n3": {"monitoring_slab_mountpoint": "/"},
+        "n4": {},
+    }
+    assert cluster_slab_mountpoints(hostvars, ["n1", "n2", "n3", "n4"]) == ["/mnt/nvme", "/"]
+    assert cluster_slab_mountpoints(hostvars, ["n4"]) == ["/"]

@@ -57,6 +57,8 @@ GRAFANA_VARIABLES = {
     "$__range": "1h",
     "${mountpoint}": "/",
     "$mountpoint": "/",
+    "${node}": ".*",
+    "$node": ".*",
 }
 PROMQL_KEYWORDS = {
     "by",
@@ -223,6 +225,26 @@ def test_key_panels_are_present():
     ):
         assert needle in exprs, needle
     assert exprs.count("histogram_quantile(0.95") >= 2
+
+
+def test_the_cluster_view_filters_by_node_and_keeps_node_in_every_sum():
+    """One Prometheus scrapes every node: the node variable selects nodes, and per-instance sums stay per node."""
+    variables = {v["name"]: v for v in DASH["templating"]["list"]}
+    node = variables["node"]
+    assert node["type"] == "query" and node["multi"] and node["includeAll"] and node["allValue"] == ".*"
+    assert "node" in node["query"]["query"]
+    assert 'node=~"$node"' in variables["mountpoint"]["query"]["query"]
+    for title, ref_id, expr in EXPRESSIONS:
+        selectors = re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*\{([^}]*)\}", expr)
+        assert selectors, f"{title} {ref_id}: no selector"
+        for selector in selectors:
+            assert 'node=~"$node"' in selector, f"{title} {ref_id}: {selector!r} ignores the node variable"
+        for clause in re.findall(r"\b(?:sum|avg|max|min) by \(([^)]*)\)", expr):
+            assert "node" in [label.strip() for label in clause.split(",")], f"{title} {ref_id}: by ({clause})"
+    for panel in CONTENT_PANELS:
+        if panel["type"] == "timeseries":
+            for target in panel["targets"]:
+                assert "{{node}}" in target["legendFormat"], f"{panel['title']} {target['refId']}"
 
 
 # -- 2. every expression parses in a real Prometheus -------------------------------------------------------------

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from ansible_collections.aic.stack.plugins.filter.stack import prometheus_config
+from ansible_collections.aic.stack.plugins.module_utils.cluster_monitoring import label_matcher
 from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
 
 HERE = pathlib.Path(__file__).parent
@@ -26,10 +27,13 @@ needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian p
 
 
 def render_rules(slab_dir="/var/lib/aic/slab/nvme/lmcache", mountpoint="/var/lib/aic", ratio=0.1):
+    """The rules as roles/monitoring/tasks/configure.yml renders them; ``mountpoint`` may list every node's."""
+    mountpoints = [mountpoint] if isinstance(mountpoint, str) else list(mountpoint)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return env.from_string(TEMPLATE.read_text()).render(
         _monitoring_slab_dir=slab_dir,
-        _monitoring_slab_mountpoint=mountpoint,
+        _monitoring_slab_mountpoint=", ".join(mountpoints),
+        _monitoring_slab_matcher=label_matcher(mountpoints, "mountpoint"),
         monitoring_slab_free_ratio_alert=ratio,
     )
 
@@ -71,6 +75,28 @@ def test_slab_alert_watches_the_slab_filesystem():
     assert "/mnt/nvme/aic/lmcache" in rules["AicSlabDiskNearlyFull"]["annotations"]["description"]
 
 
+def test_slab_alert_watches_every_nodes_slab_filesystem():
+    rules = {r.get("alert"): r for r in all_rules(render_rules("/mnt/nvme/aic/lmcache", ["/mnt/nvme", "/"], 0.05))}
+    expr = rules["AicSlabDiskNearlyFull"]["expr"]
+    assert 'mountpoint=~"/mnt/nvme|/"' in expr
+    assert label_matcher(["/mnt/a.b", "/"], "mountpoint") == 'mountpoint=~"/mnt/a\\\\.b|/"'
+
+
+def test_every_aggregation_keeps_the_node_label():
+    """One Prometheus scrapes the job: a sum or a join per instance must keep ``node`` (two nodes can have the same
+    instance address, e.g. aic-lmcache:8080 on each node's own bridge)."""
+    import re
+
+    for rule in all_rules(render_rules()):
+        for clause in re.findall(r"\b(?:by|on)\s*\(([^)]*)\)", rule["expr"]):
+            labels = {label.strip() for label in clause.split(",")}
+            if labels & {"instance", "job"}:
+                assert "node" in labels, f"{rule.get('record') or rule.get('alert')}: {clause!r} drops node"
+    alerts = {r["alert"]: r for r in all_rules(render_rules()) if "alert" in r}
+    for name, alert in alerts.items():
+        assert "$labels.node" in alert["annotations"]["summary"], name
+
+
 @needs_promtool
 def test_promtool_check_rules(rules_file):
     result = promtool("check", "rules", str(rules_file))
@@ -79,9 +105,11 @@ def test_promtool_check_rules(rules_file):
 
 
 @needs_promtool
-def test_promtool_unit_tests_the_l2_reads_stuck_alert(tmp_path, rules_file):
-    shutil.copy(HERE / "l2_reads_stuck_test.yml", tmp_path / "l2_reads_stuck_test.yml")
-    result = promtool("test", "rules", "l2_reads_stuck_test.yml", cwd=tmp_path)
+@pytest.mark.parametrize("test_file", ["l2_reads_stuck_test.yml", "cluster_rules_test.yml"])
+def test_promtool_unit_tests_the_rules(tmp_path, rules_file, test_file):
+    """The L2-reads-stuck alert, and the rules over two nodes of one job (node and gpu labels kept)."""
+    shutil.copy(HERE / test_file, tmp_path / test_file)
+    result = promtool("test", "rules", test_file, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout
 
