@@ -3,7 +3,7 @@
 # The Docker engine itself is installed and started by the docker_host role (make deploy / the integration tests).
 set -euo pipefail
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo -n "$@"; fi; }
-PKGS=(docker.io debootstrap zstd prometheus prometheus-node-exporter iproute2 openssl slurm-wlm munge openssh-server sshfs)
+PKGS=(docker.io debootstrap zstd prometheus prometheus-node-exporter iproute2 openssl slurm-wlm munge openssh-server sshfs sudo acl)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -9,8 +9,9 @@ from ansible.plugins.action import ActionBase
 
 from ansible_collections.aic.stack.plugins.module_utils.plan import DEFAULTS, PlanError, build_plan
 
-# Variables owned by roles that do not feed the plan (host preparation); not reported as unknown.
-NON_PLAN_PREFIXES = ("aic_plan",)
+# Variables that do not feed the plan and are not reported as unknown: the plan itself, the facts of the release
+# and of the rollout, and the rehearsal cluster's own bookkeeping (scripts/rehearsal.sh, scripts/testbed.sh).
+NON_PLAN_PREFIXES = ("aic_plan", "aic_release", "aic_rollout_outcome", "aic_rehearsal_", "aic_bed_")
 
 
 class ActionModule(ActionBase):

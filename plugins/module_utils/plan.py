@@ -30,6 +30,9 @@ DEFAULTS = {
     # How the other hosts (the job's Prometheus) reach this node's published ports: empty = aic_bind_address.
     "aic_advertise_address": "",
     "aic_work_dir": "/var/lib/aic",
+    # The controller's directory of build artifacts (tarball, sha256, manifest, current pointer) that distribution
+    # reads; empty = <aic_work_dir>/artifacts (where a build on the controller saves them).
+    "aic_artifact_dir": "",
     "aic_image_name": "aic-stack",
     "aic_stack_image": "",
     "aic_base_image_name": "aic-base",
@@ -178,10 +181,16 @@ PORT_FIELDS = (
     "aic_amd_metrics_exporter_port",
     "aic_grafana_port",
 )
-BOOL_FIELDS = ("aic_distribute_monitoring_images", "aic_vllm_lmcache", "aic_lmcache_direct_io", "aic_lmcache_separate_object_groups", "aic_grafana_enabled")
+BOOL_FIELDS = (
+    "aic_distribute_monitoring_images",
+    "aic_vllm_lmcache",
+    "aic_lmcache_direct_io",
+    "aic_lmcache_separate_object_groups",
+    "aic_grafana_enabled",
+)
 FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0), "aic_vllm_gpu_memory_utilization": (0.01, 1.0)}
 NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
-PATH_FIELDS = ("aic_hf_home", "aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
+PATH_FIELDS = ("aic_artifact_dir", "aic_hf_home", "aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
 # Prometheus's own port inside its container; the published host port is aic_prometheus_port.
@@ -653,7 +662,7 @@ def build_plan(inputs):
             "hf_home": v["aic_hf_home"] or posixpath.join(work, "hf"),
             # Host directories the L2 backend needs (created by the nvme_slab role before LMCache starts).
             "l2_dirs": _l2_dirs(v, work),
-            "artifact_dir": posixpath.join(work, "artifacts"),
+            "artifact_dir": v["aic_artifact_dir"].rstrip("/") or posixpath.join(work, "artifacts"),
         },
         "images": {
             "base": {

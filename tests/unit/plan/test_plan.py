@@ -744,7 +744,9 @@ def test_vllm_without_lmcache_has_no_kv_transfer_config():
 
 
 def test_rollout_inputs_reach_the_plan():
-    plan, _ = build_plan({"aic_rollout_canary": "2", "aic_rollout_batch_size": "3", "aic_rollout_max_fail_percentage": "50"})
+    plan, _ = build_plan(
+        {"aic_rollout_canary": "2", "aic_rollout_batch_size": "3", "aic_rollout_max_fail_percentage": "50"}
+    )
     assert plan["rollout"] == {"canary": 2, "batch_size": 3, "max_fail_percentage": 50}
     plan, _ = build_plan({})
     assert plan["rollout"] == {"canary": 1, "batch_size": "25%", "max_fail_percentage": 0}
@@ -769,7 +771,9 @@ def test_bad_rollout_and_device_inputs_name_the_field(inputs, field):
 
 
 def test_monitoring_images_to_distribute_are_the_pinned_ones():
-    plan, _ = build_plan({"aic_distribute_monitoring_images": "true", "aic_prometheus_image": "prom/prometheus:v3.13.2"})
+    plan, _ = build_plan(
+        {"aic_distribute_monitoring_images": "true", "aic_prometheus_image": "prom/prometheus:v3.13.2"}
+    )
     assert plan["images"]["distribute_monitoring"] == ["prom/prometheus:v3.13.2"]
     plan, _ = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "org/m", "aic_distribute_monitoring_images": True})
     assert plan["images"]["distribute_monitoring"] == [
