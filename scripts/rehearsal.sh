@@ -5,6 +5,8 @@
 #   scripts/rehearsal.sh alloc [N] [GPUS]  hold an allocation of N nodes (default all) with GPUS gpu gres per node
 #                                          (default AIC_REHEARSAL_GPUS); prints the job id (scancel it when done)
 #   scripts/rehearsal.sh status            nodes, Slurm daemons, sinfo
+#   scripts/rehearsal.sh gpu-ids JOB       each node's GPU ids of job JOB (NODES: IDS lines): the stand-in for SPUR's
+#                                          GetJob call, inventories/spur/aic-slurm.yml's gpu_ids_command here
 #   scripts/rehearsal.sh down              stop the slurmd's, slurmctld, munged and the bed
 #
 # What it is made of:
@@ -133,9 +135,16 @@ grant_python() {
 
 revoke_python() {
   local d
-  [ -f "$STATE/acl-granted" ] || return 0
-  sort -u "$STATE/acl-granted" | while read -r d; do setfacl -x "u:$DEPLOY_USER" "$d" 2>/dev/null || true; done
-  rm -f "$STATE/acl-granted"
+  if [ -f "$STATE/acl-granted" ]; then
+    sort -u "$STATE/acl-granted" | while read -r d; do setfacl -x "u:$DEPLOY_USER" "$d" 2>/dev/null || true; done
+    rm -f "$STATE/acl-granted"
+  fi
+  if [ -f "$STATE/acl-logs" ]; then
+    sort -u "$STATE/acl-logs" | while read -r d; do
+      setfacl -x "u:$DEPLOY_USER" -x "d:u:$DEPLOY_USER" "$d" 2>/dev/null || true
+    done
+    rm -f "$STATE/acl-logs"
+  fi
 }
 
 deploy_user() {
@@ -154,6 +163,11 @@ deploy_user() {
   mv -f "$SUDOERS.tmp" "$SUDOERS"
   revoke_python
   grant_python
+  # The checkout's logs/ (the streamed container logs, logs/<job id>/<service>/) is the operator's, as on SPUR's
+  # shared file system: the deploy user may write there (an ACL, recorded so `down` removes it).
+  mkdir -p "$REPO/logs"
+  setfacl -m "u:$DEPLOY_USER:rwx" -m "d:u:$DEPLOY_USER:rwx" "$REPO/logs"
+  echo "$REPO/logs" >>"$STATE/acl-logs"
 }
 
 # Per node: the fake AMD devices and the root-owned slab parent (the bed's node directories are new after testbed up).
@@ -167,6 +181,31 @@ node_files() {
     mknod -m 0666 "$d/dev/dri/renderD$((128 + g))" c 1 3
   done
   install -d -o root -g root -m 0755 "$d/m2m_nobackup"
+  # The node's model cache (SPUR: /shared_nfs/huggingface), mounted into the vLLM containers.
+  install -d -m 0755 "$d/hf"
+}
+
+# The newest local image of repository $1 on the controller's engine (empty when there is none).
+newest_image() {
+  docker image ls --format '{{.Repository}}:{{.Tag}}' "$1" 2>/dev/null | grep -v ':<none>$' | head -n1 || true
+}
+
+# STAND-IN images for the overlay (inventories/rehearsal): the last local build's cpu stack image for the rocm
+# image, the locally built Prometheus and node-exporter for the upstream ones. Empty when not built yet.
+standin_images() {
+  local pointer=$REPO/.work/artifacts/aic-stack-cpu.current.json
+  echo "    aic_rehearsal_artifact_dir: $REPO/.work/artifacts"
+  echo "    aic_rehearsal_stack_image: \"$([ -f "$pointer" ] && "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["image"])' "$pointer")\""
+  echo "    aic_rehearsal_prometheus_image: \"$(newest_image aic-prometheus)\""
+  echo "    aic_rehearsal_node_exporter_image: \"$(newest_image aic-node-exporter)\""
+}
+
+# Per node of job $1: its GPU ids from `scontrol show job -d`, as `NODES: IDS` lines. The STAND-IN for SPUR's GetJob
+# call (.slurm/spur-gpu-allocation) that inventories/spur/aic-slurm.yml runs as its gpu_ids_command.
+gpu_ids() {
+  local job=${1:?usage: rehearsal.sh gpu-ids JOB_ID}
+  [[ $job =~ ^[0-9]+$ ]] || die "JOB_ID must be a Slurm job id (got '$job')"
+  scontrol show job -d "$job" | sed -n 's/^ *Nodes=\([^ ]*\) .*GRES=[^ ]*(IDX:\([^)]*\)).*/\1: \2/p'
 }
 
 write_slurm_conf() {
@@ -313,6 +352,7 @@ write_inventory() {
       for g in $(seq 0 $((GPUS - 1))); do echo "            - $d/dev/dri/renderD$((128 + g))"; done
       echo "          aic_rehearsal_slab_parent: $d/m2m_nobackup"
       echo "          aic_rehearsal_slurmd_log: $LOGS/slurmd-node$i.log"
+      echo "          aic_rehearsal_hf_home: $d/hf"
     done
     echo "  vars:"
     echo "    ansible_user: $DEPLOY_USER"
@@ -331,6 +371,8 @@ write_inventory() {
     echo "    aic_rehearsal_deploy_user: $DEPLOY_USER"
     echo "    aic_rehearsal_authz_plugin: aic-pidhost"
     echo "    aic_rehearsal_bed_dir: $BED"
+    echo "    aic_rehearsal_gpu_ids_command: $REPO/scripts/rehearsal.sh gpu-ids {job_id}"
+    standin_images
   } >"$STATE/bed.yml.tmp"
   mv -f "$STATE/bed.yml.tmp" "$STATE/bed.yml"
 }
@@ -416,6 +458,7 @@ case "$cmd" in
     "$cmd" "$@"
     ;;
   alloc) alloc "$@" ;;
+  gpu-ids) gpu_ids "$@" ;;
   status) status ;;
-  *) sed -n '2,37p' "$0" >&2 && exit 2 ;;
+  *) sed -n '2,39p' "$0" >&2 && exit 2 ;;
 esac

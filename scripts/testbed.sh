@@ -100,6 +100,8 @@ mkdir -p /root/.ansible /root/.ansible_async
 mount --bind "$D/ansible" /root/.ansible
 mount --bind "$D/ansible_async" /root/.ansible_async
 mount --bind "$D/tmp" /var/tmp
+# Like any /var/tmp: world-writable with the sticky bit (a non-root deploy user keeps its work dir there).
+chmod 1777 /var/tmp
 mount --bind "$D/docker" /var/lib/docker
 # Opt-in (testbed.sh's AIC_BED_USER): a non-root deploy user with its own Ansible directories on this node, and a
 # node name that resolves (sudo looks it up).
