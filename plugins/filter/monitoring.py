@@ -61,6 +61,11 @@ def prometheus_label_matcher(values, name):
     return cm.label_matcher(values, name)
 
 
+def monitoring_planned_nodes(hostvars, hosts):
+    """The hosts that have an aic_plan (the nodes the job's Prometheus can scrape)."""
+    return cm.planned_nodes(hostvars, hosts)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -74,5 +79,6 @@ class FilterModule:
                 monitoring_local_builds,
                 cluster_slab_mountpoints,
                 prometheus_label_matcher,
+                monitoring_planned_nodes,
             )
         }

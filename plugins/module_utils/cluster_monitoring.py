@@ -221,11 +221,13 @@ def cluster_expected_targets(hostvars, hosts, monitoring_host=None, exporters=Tr
 
 def node_expected_targets(plan, node):
     """What one node's health check expects of the job's Prometheus: Prometheus itself (wherever it runs), every
-    vLLM instance of the node with its GPU, and the node's LMCache."""
+    vLLM instance of the node with its GPU, and the node's LMCache. An empty ``node`` (a host checking a stack from
+    outside the job's nodes) matches by job and GPU only."""
+    here = {"node": node} if node else {}
     out = [{"job": _PROMETHEUS_JOB}]
     for instance in plan["vllm_instances"]:
-        out.append({"job": "vllm", "node": node, "gpu": "" if instance["gpu"] is None else str(instance["gpu"])})
-    out.append({"job": "lmcache", "node": node})
+        out.append({"job": "vllm", **here, "gpu": "" if instance["gpu"] is None else str(instance["gpu"])})
+    out.append({"job": "lmcache", **here})
     return out
 
 
@@ -270,3 +272,8 @@ def label_matcher(values, name):
     if len(values) == 1:
         return f"{name}={_promql_string(values[0])}"
     return f"{name}=~{_promql_string('|'.join(re.escape(v) for v in values))}"
+
+
+def planned_nodes(hostvars, hosts):
+    """The hosts that have an ``aic_plan`` (a node whose preflight failed has none and cannot be scraped)."""
+    return [host for host in dict.fromkeys(hosts) if host in hostvars and _get(hostvars[host], "aic_plan")]

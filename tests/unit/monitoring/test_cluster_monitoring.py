@@ -274,6 +274,17 @@ def test_cluster_expected_targets_cover_every_node_but_not_nixl(three_nodes):
     assert stack_only == [{"job": "vllm", "node": "n3", "gpu": "7"}, {"job": "lmcache", "node": "n3"}]
 
 
+def test_node_expected_targets_from_outside_the_job_match_by_job():
+    plan = build_plan({})[0]
+    assert node_expected_targets(plan, "") == [{"job": "prometheus"}, {"job": "vllm", "gpu": ""}, {"job": "lmcache"}]
+
+
+def test_planned_nodes_are_those_with_a_plan():
+    from ansible_collections.aic.stack.plugins.module_utils.cluster_monitoring import planned_nodes
+
+    assert planned_nodes({"n1": node(), "n2": {}, "n3": node()}, ["n1", "n2", "n3", "n4", "n1"]) == ["n1", "n3"]
+
+
 def test_node_expected_targets():
     plan = build_plan({"aic_vllm_instances": 2})[0]
     assert node_expected_targets(plan, "localhost") == [
@@ -310,6 +321,7 @@ def test_filters_are_registered_and_raise_ansible_errors():
         "monitoring_local_builds",
         "cluster_slab_mountpoints",
         "prometheus_label_matcher",
+        "monitoring_planned_nodes",
     }
     with pytest.raises(AnsibleFilterError, match="aic_monitoring_host"):
         filters["job_monitoring_host"]({"n1": node(aic_monitoring_host="ghost")}, ["n1"])

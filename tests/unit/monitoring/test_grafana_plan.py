@@ -61,9 +61,10 @@ def test_spur_leaves_grafana_off():
 
 def test_the_role_runs_grafana_only_when_enabled_and_after_the_exporters():
     tasks = yaml.safe_load((REPO / "roles" / "monitoring" / "tasks" / "main.yml").read_text())
-    names = [t["name"] for t in tasks]
-    include = next(t for t in tasks if t.get("ansible.builtin.include_tasks", {}).get("file") == "grafana.yml")
+    files = [t.get("ansible.builtin.import_tasks") for t in tasks]
+    assert files.index("prometheus.yml") < files.index("run_exporters.yml") < files.index("grafana_switch.yml")
+    server = yaml.safe_load((REPO / "roles" / "monitoring" / "tasks" / "server.yml").read_text())
+    assert [t["ansible.builtin.import_tasks"] for t in server][-2:] == ["prometheus.yml", "grafana_switch.yml"]
+    switch = yaml.safe_load((REPO / "roles" / "monitoring" / "tasks" / "grafana_switch.yml").read_text())
+    include = next(t for t in switch if t.get("ansible.builtin.include_tasks", {}).get("file") == "grafana.yml")
     assert include["when"] == "aic_plan.monitoring.grafana.enabled"
-    exporters = names.index("Run the exporters (each one on its own; a failure is reported, Prometheus stays)")
-    assert names.index(include["name"]) > exporters
-    assert names.index("Run Prometheus") < exporters

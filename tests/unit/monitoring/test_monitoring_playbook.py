@@ -1,0 +1,65 @@
+"""playbooks/monitoring.yml and the roles it drives: one Prometheus for the job, exporters on every node."""
+
+from __future__ import annotations
+
+import pathlib
+
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[3]
+PLAYBOOK = REPO / "playbooks" / "monitoring.yml"
+ROLE = REPO / "roles" / "monitoring"
+
+
+def plays():
+    return yaml.safe_load(PLAYBOOK.read_text())
+
+
+def includes(play):
+    return [
+        (t["ansible.builtin.include_role"]["name"], t["ansible.builtin.include_role"].get("tasks_from", "main"))
+        for t in play["tasks"]
+        if "ansible.builtin.include_role" in t
+    ]
+
+
+def test_exporters_on_every_node_then_prometheus_on_the_monitoring_host_then_the_full_mode_report():
+    nodes, server, report = plays()
+    assert nodes["hosts"] == "aic_nodes"
+    assert includes(nodes) == [("preflight", "main"), ("image_build", "resolve"), ("monitoring", "exporters")]
+    assert server["hosts"] == "aic_monitoring"
+    assert includes(server) == [("preflight", "main"), ("image_build", "resolve"), ("monitoring", "server")]
+    assert report["hosts"] == "aic_nodes"
+    assert includes(report) == [("monitoring", "report")]
+
+
+def test_every_node_is_planned_without_a_gpu_allocation():
+    for play in plays()[:2]:
+        preflight = play["tasks"][0]
+        assert preflight["ansible.builtin.include_role"]["name"] == "preflight"
+        assert preflight["vars"]["preflight_runtime"] is False
+
+
+def test_the_monitoring_host_is_named_by_the_filter_and_scrapes_every_planned_node():
+    nodes = plays()[0]
+    add = nodes["tasks"][-1]["ansible.builtin.add_host"]  # last: add_host joins the play's hosts
+    assert "aic.stack.job_monitoring_host(ansible_play_hosts_all, groups['aic_nodes'] | first)" in add["name"]
+    assert add["groups"] == "aic_monitoring"
+    assert "aic.stack.monitoring_planned_nodes(ansible_play_hosts_all)" in add["monitoring_scrape_nodes"]
+
+
+def test_the_base_image_is_resolved_only_where_a_monitoring_image_is_built_from_it():
+    nodes, server, _ = plays()
+    for play, part in ((nodes, "exporters"), (server, "server")):
+        resolve = next(
+            t for t in play["tasks"] if t.get("ansible.builtin.include_role", {}).get("name") == "image_build"
+        )
+        assert f"aic_plan | aic.stack.monitoring_local_builds('{part}') | length > 0" in resolve["when"]
+
+
+def test_the_role_entry_points_have_argument_specs():
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    assert set(specs) == {"main", "exporters", "server", "report"}
+    for name in specs:
+        assert (ROLE / "tasks" / f"{name}.yml").is_file()
+    assert not specs["main"]["options"]["image_build_base_ref"].get("required", False)
