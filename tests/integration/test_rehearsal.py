@@ -1,0 +1,367 @@
+"""The SPUR rollout, rehearsed: `deploy.yml -i inventories/spur -i inventories/rehearsal -i <bed>` on a 3-node cluster.
+
+Real parts: Slurm across the bed (the job's nodes and each node's GPU ids come from the allocation, through
+inventories/spur/aic-slurm.yml), a Docker engine per node behind an authorization plugin that refuses --pid=host,
+root-owned slab parents that need the sudo fallback, a non-root deploy user, vLLM (CPU) + LMCache with its NIXL
+POSIX L2 on every node, one Prometheus for the job. Stand-ins (inventories/rehearsal): the cpu stack image for the
+rocm one, the tiny model, fake GPU device nodes, scaled pools.
+
+The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
+changes nothing -> a bad image stopped at the canary -> a good image rolled out under load while a node's sshd dies.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import random
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import ansible_runner
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from .conftest import REPO, failures, run_playbook
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or not shutil.which("slurmd") or not shutil.which("dockerd"),
+        reason="needs root, Slurm (slurm-wlm) and dockerd",
+    ),
+]
+
+REHEARSAL = REPO / "scripts" / "rehearsal.sh"
+STATE = pathlib.Path(os.environ.get("AIC_REHEARSAL_DIR") or "/var/lib/aic-rehearsal")
+BED = STATE / "bed"
+NODES = ["node1", "node2", "node3"]
+PREFIX = "10.78.0"
+IP = {f"node{i}": f"{PREFIX}.{10 + i}" for i in range(1, 4)}
+MODEL = "tiny-llama"
+SUMMARY_TASK = "Summary of the rollout (every node of the job)"
+POINTER = REPO / ".work" / "artifacts" / "aic-stack-cpu.current.json"
+
+
+def sh(*argv, timeout=300, check=True, env=None):
+    proc = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=timeout, check=False, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{argv} failed (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def on_node(node, command, check=True, timeout=120):
+    """Run ``command`` on ``node`` as the deploy user, over ssh (its own Docker engine, its own /var/tmp)."""
+    return sh(
+        "ssh", "-q", "-i", BED / "ssh" / "id_ed25519", "-o", "UserKnownHostsFile=/dev/null",
+        "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+        f"aicop@{IP[node]}", command, check=check, timeout=timeout,
+    )  # fmt: skip
+
+
+def inspect(node, container, template):
+    return on_node(node, f"docker inspect -f '{template}' {container}").stdout.strip()
+
+
+def started(nodes=NODES):
+    return {n: inspect(n, "aic-lmcache", "{{.State.StartedAt}}") + "/" + inspect(n, "aic-vllm", "{{.State.StartedAt}}")
+            for n in nodes}  # fmt: skip
+
+
+def metric(text, name):
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples if s.name == name)
+
+
+def complete(node, prompt="The capital of France is", max_tokens=8, timeout=60):
+    response = requests.post(
+        f"http://{IP[node]}:8000/v1/completions",
+        json={"model": MODEL, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0},
+        timeout=timeout,
+    )
+    return response
+
+
+def wait_healthy(node, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(f"http://{IP[node]}:8000/health", timeout=5).status_code == 200:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(2)
+    raise AssertionError(f"vLLM of {node} not healthy within {timeout} s")
+
+
+class Cluster:
+    def __init__(self, job):
+        self.job = job
+        self.env = {
+            "SLURM_CONF": str(STATE / "slurm" / "etc" / "slurm.conf"),
+            "SLURM_JOB_ID": job,
+            # The stand-in for SPUR's GetJob call that inventories/spur/aic-slurm.yml runs for each node's GPU ids.
+            "AIC_SLURM_GPU_IDS_COMMAND": f"{REHEARSAL} gpu-ids {{job_id}}",
+        }
+
+    def deploy(self, tmp_path, playbook="deploy.yml", **extravars):
+        """The operator's command: ansible-playbook deploy.yml -i inventories/spur -i inventories/rehearsal -i bed."""
+        private = tmp_path / f"runner-{time.monotonic_ns()}"
+        private.mkdir(parents=True)
+        env = {
+            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")]),
+            **self.env,
+        }
+        inventories = ["inventories/spur", "inventories/rehearsal", str(STATE / "bed.yml")]
+        return ansible_runner.run(
+            private_data_dir=str(private),
+            project_dir=str(REPO),
+            playbook=str(REPO / playbook),
+            cmdline=" ".join(f"-i {i}" for i in inventories),
+            extravars=extravars,
+            envvars=env,
+            quiet=True,
+        )
+
+
+def summary(runner):
+    """The last per-node summary the rollout printed."""
+    lines = None
+    for event in runner.events:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == SUMMARY_TASK:
+            lines = data["res"]["msg"]
+    assert lines is not None, f"no rollout summary; failures: {failures(runner)}"
+    return {line.split(":", 1)[0]: line for line in lines}
+
+
+def debug_messages(runner):
+    out = []
+    for event in runner.events:
+        res = event.get("event_data", {}).get("res", {})
+        if event.get("event") == "runner_on_ok" and isinstance(res.get("msg"), str):
+            out.append(res["msg"])
+    return out
+
+
+def changed_per_host(runner):
+    return {host: n for host, n in runner.stats.get("changed", {}).items() if n}
+
+
+def build_on_nodes(tag, lines):
+    """Build image ``tag`` FROM the stand-in release on every node's own engine (a new image id per tag)."""
+    base = json.loads(POINTER.read_text())["image"]
+    dockerfile = "\\n".join([f"FROM {base}", *lines])
+    threads = [
+        threading.Thread(target=on_node, args=(n, f"printf '{dockerfile}\\n' | docker build -q -t {tag} -"))
+        for n in NODES
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for n in NODES:
+        assert on_node(n, f"docker image inspect -f '{{{{.Id}}}}' {tag}").stdout.startswith("sha256:")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # The stand-ins come from the local build: its cpu stack image artifact and the locally built monitoring images.
+    ready = POINTER.exists() and all(
+        sh("docker", "image", "ls", "-q", repo).stdout.strip() for repo in ("aic-prometheus", "aic-node-exporter")
+    )
+    if not ready:
+        runner = run_playbook("deploy.yml", pathlib.Path("/tmp") / "aic-rehearsal-local")
+        assert runner.status == "successful", failures(runner)
+    sh(REHEARSAL, "up", "3", timeout=300)
+    # One GPU per node: a vLLM instance per GPU, three in all (what this machine's memory and cores allow).
+    job = sh(REHEARSAL, "alloc", "3", "1").stdout.strip().splitlines()[-1]
+    yield Cluster(job)
+    sh("scancel", job, check=False, env={**os.environ, "SLURM_CONF": str(STATE / "slurm" / "etc" / "slurm.conf")})
+    sh(REHEARSAL, "down", timeout=300, check=False)
+
+
+@pytest.fixture(scope="module")
+def first_rollout(cluster, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("rehearsal")
+    runner = cluster.deploy(tmp, aic_rollout_batch_size="100%")
+    return runner, tmp
+
+
+def test_first_rollout_brings_every_node_to_healthy(first_rollout):
+    runner, _ = first_rollout
+    assert runner.status == "successful", failures(runner)
+    lines = summary(runner)
+    assert sorted(lines) == NODES
+    for node in NODES:
+        assert lines[node].startswith(f"{node}: healthy"), lines[node]
+        response = complete(node)
+        assert response.status_code == 200, response.text
+        assert response.json()["choices"][0]["text"]
+
+
+def test_each_node_skips_node_exporter_because_its_engine_refused_host_pid(first_rollout):
+    runner, _ = first_rollout
+    messages = debug_messages(runner)
+    for node in NODES:
+        assert any(m.startswith(f"{node}: skipping node_exporter") and "--pid=host" in m for m in messages), messages
+
+
+def test_one_prometheus_sees_every_target_of_every_node(first_rollout):
+    # The job's Prometheus runs on the first node of the job (aic_monitoring_host default) and scrapes the others.
+    targets = requests.get(f"http://{IP['node1']}:9090/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+    seen = {}
+    for target in targets:
+        seen.setdefault(target["labels"].get("job"), {})[target["labels"].get("node")] = target["health"]
+    for job in ("vllm", "lmcache"):
+        assert seen.get(job) == dict.fromkeys(NODES, "up"), seen
+    vllm_gpus = {t["labels"]["node"]: t["labels"].get("gpu") for t in targets if t["labels"].get("job") == "vllm"}
+    assert vllm_gpus == dict.fromkeys(NODES, "0"), vllm_gpus
+    # The other nodes run no Prometheus of their own; the job's never restarted while exporters were refused.
+    for node in ("node2", "node3"):
+        assert on_node(node, "docker ps -q -f name=^aic-prometheus$").stdout.strip() == ""
+    assert inspect("node1", "aic-prometheus", "{{.RestartCount}}") == "0"
+
+
+def test_kv_stored_on_each_node_is_an_external_hit_after_its_vllm_restarts(first_rollout):
+    rng = random.Random(time.time_ns())
+    words = ["alpha", "bravo", "zulu", "kilo", "x9", "q7", "fox", "dog", "KV", "cache"]
+    prompts = {n: " ".join(rng.choice(words) for _ in range(64)) for n in NODES}
+    for node in NODES:
+        first = complete(node, prompts[node], max_tokens=1)
+        assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] >= 128, first.text
+    lmcache_before = {n: inspect(n, "aic-lmcache", "{{.State.StartedAt}}") for n in NODES}
+    # Restart only vLLM, on every node at once (they start slowly on two cores).
+    for node in NODES:
+        on_node(node, "docker restart -t 40 aic-vllm")
+    for node in NODES:
+        wait_healthy(node)
+    for node in NODES:
+        assert inspect(node, "aic-lmcache", "{{.State.StartedAt}}") == lmcache_before[node]
+        before = metric(
+            requests.get(f"http://{IP[node]}:8000/metrics", timeout=10).text, "vllm:external_prefix_cache_hits_total"
+        )
+        second = complete(node, prompts[node], max_tokens=1)
+        assert second.status_code == 200, second.text
+        after = metric(
+            requests.get(f"http://{IP[node]}:8000/metrics", timeout=10).text, "vllm:external_prefix_cache_hits_total"
+        )
+        assert after > before, f"{node}: no external prefix-cache hit after restarting vLLM ({before} -> {after})"
+
+
+def test_second_rollout_changes_nothing_and_restarts_nothing(cluster, first_rollout):
+    _, tmp = first_rollout
+    before = started()
+    runner = cluster.deploy(tmp, aic_rollout_batch_size="100%")
+    assert runner.status == "successful", failures(runner)
+    assert changed_per_host(runner) == {}, [
+        (e["event_data"].get("host"), e["event_data"].get("task"))
+        for e in runner.events
+        if e.get("event") == "runner_on_ok" and e["event_data"].get("res", {}).get("changed")
+    ]
+    assert started() == before
+    assert all(line.startswith(f"{n}: healthy, unchanged") for n, line in summary(runner).items())
+
+
+def test_a_bad_image_stops_at_the_canary_which_rolls_back_and_serves(cluster, first_rollout):
+    _, tmp = first_rollout
+    good = json.loads(POINTER.read_text())["image"]
+    # vLLM cannot start from this image (its API server module is gone); LMCache can.
+    build_on_nodes("aic-stack-cpu:rehearsal-broken", [
+        "RUN rm /opt/aic/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/api_server.py",
+    ])  # fmt: skip
+    others = started(["node2", "node3"])
+    runner = cluster.deploy(
+        tmp, aic_stack_image="aic-stack-cpu:rehearsal-broken", aic_rollout_batch_size="100%", health_vllm_timeout=120
+    )
+    assert runner.status == "failed"
+    messages = " ".join(failures(runner))
+    assert "Rollout of aic-stack-cpu:rehearsal-broken failed on node1" in messages, messages
+    assert "vLLM" in messages and f"Rolled back to {good}" in messages, messages
+    lines = summary(runner)
+    assert lines["node1"].startswith("node1: FAILED on aic-stack-cpu:rehearsal-broken"), lines
+    assert f"rolled back to {good}, healthy" in lines["node1"]
+    assert lines["node2"] == "node2: not reached (untouched)" and lines["node3"] == "node3: not reached (untouched)"
+    # The canary serves its last healthy image again; the others were never touched.
+    assert inspect("node1", "aic-vllm", "{{.Config.Image}}") == good
+    assert complete("node1").status_code == 200
+    assert started(["node2", "node3"]) == others
+
+
+def test_a_good_image_rolls_out_canary_first_under_load_while_a_node_is_lost(cluster, first_rollout):
+    _, tmp = first_rollout
+    build_on_nodes("aic-stack-cpu:rehearsal-next", ["LABEL ai.aic.rehearsal=next"])
+    results = []  # (node, start, end, outcome)
+    stop = threading.Event()
+
+    def client(node):
+        n = 0
+        while not stop.is_set():
+            n += 1
+            start = time.time()
+            try:
+                response = complete(node, f"request {n} of {node}:", max_tokens=48, timeout=90)
+                outcome = "ok" if response.status_code == 200 else f"http {response.status_code}"
+            except requests.RequestException as exc:
+                outcome = type(exc).__name__
+            results.append((node, start, time.time(), outcome))
+            if outcome != "ok":
+                time.sleep(0.5)
+
+    clients = [threading.Thread(target=client, args=(n,), daemon=True) for n in NODES]
+    for t in clients:
+        t.start()
+
+    # node3's sshd goes away once the canary passed (its deployed.json records the new image): node2 must finish,
+    # node3 is named in the summary and keeps serving its old image.
+    def lose_node3():
+        deadline = time.monotonic() + 900
+        while time.monotonic() < deadline:
+            probe = on_node("node1", "cat /var/tmp/aic/deployed.json", check=False)
+            if "rehearsal-next" in probe.stdout:
+                break
+            time.sleep(1)
+        pids = sh("ip", "netns", "pids", "aicreh-3").stdout.split()
+        sshd = [p for p in pids if pathlib.Path(f"/proc/{p}/comm").read_text().strip() == "sshd"]
+        sh("kill", "-9", *sshd)
+
+    killer = threading.Thread(target=lose_node3, daemon=True)
+    killer.start()
+    t0 = time.time()
+    runner = cluster.deploy(tmp, aic_stack_image="aic-stack-cpu:rehearsal-next", aic_rollout_batch_size="100%")
+    t1 = time.time()
+    killer.join(timeout=60)
+    stop.set()
+    for t in clients:
+        t.join(timeout=120)
+
+    lines = summary(runner)
+    assert lines["node1"].endswith("-> aic-stack-cpu:rehearsal-next"), lines
+    assert lines["node2"].endswith("-> aic-stack-cpu:rehearsal-next"), lines
+    assert lines["node3"].startswith("node3: UNREACHABLE"), lines
+    assert runner.stats.get("dark", {}).get("node3"), runner.stats
+
+    # Requests: node3 was never replaced (it kept serving); on node1 and node2 requests fail only while their vLLM
+    # was being replaced, and every request in flight when it was told to stop completed (the drain).
+    during = [r for r in results if t0 <= r[1] <= t1]
+    assert {r[0] for r in during if r[3] == "ok"} == set(NODES), "some node served nothing during the rollout"
+    assert [r for r in during if r[0] == "node3" and r[3] != "ok"] == []
+    for node in ("node1", "node2"):
+        kills = on_node(
+            node,
+            f"docker events --since {int(t0)} --until {int(t1) + 1} --filter container=aic-vllm --filter event=kill "
+            "--format '{{.Time}}'",
+        ).stdout.split()
+        assert kills, f"{node}: vLLM was never stopped"
+        stopped_at = float(kills[0])
+        in_flight = [r for r in during if r[0] == node and r[1] < stopped_at < r[2]]
+        assert all(r[3] == "ok" for r in in_flight), f"{node}: in-flight requests failed: {in_flight}"
+        assert not [r for r in during if r[0] == node and r[3] != "ok" and r[2] < stopped_at], (
+            f"{node}: requests failed before its vLLM was replaced"
+        )
