@@ -5,7 +5,7 @@ INVENTORY ?= inventories/local
 BIN := $(VENV)/bin
 PLAYBOOK := $(BIN)/ansible-playbook -i $(INVENTORY)
 
-.PHONY: setup build deploy down test lint unit integration molecule cliff-kvd cliff-spur-l2
+.PHONY: setup build deploy down test lint unit integration molecule cliff-kvd cliff-spur-l2 rehearsal rehearsal-down
 .DEFAULT_GOAL := deploy
 
 ## setup: create the venv with the pinned requirements and link the repo as the collection aic.stack
@@ -71,3 +71,19 @@ cliff-kvd: setup
 
 cliff-spur-l2: setup
 	$(PLAYBOOK) playbooks/bench.yml -e cliff_bench_profile=cliff_spur_l2 $(CLIFF_VARS)
+
+## rehearsal: the SPUR rollout on this machine. A SPUR-like cluster of real parts (scripts/rehearsal.sh: REHEARSAL_NODES
+## network-namespace nodes with sshd, their own Docker engine behind an authz plugin refusing --pid=host, Slurm across
+## them with fake AMD GPUs, a sudo deploy user), a job on it (one GPU per node), then the operator's command
+## deploy.yml -i inventories/spur with the stand-in overlay inventories/rehearsal. The stand-ins come from the local
+## build (make deploy). Then: eval "$$(scripts/rehearsal.sh env)" and run any playbook with $$REHEARSAL_INVENTORY.
+REHEARSAL_NODES ?= 3
+rehearsal: deploy
+	scripts/rehearsal.sh up $(REHEARSAL_NODES)
+	scripts/rehearsal.sh alloc $(REHEARSAL_NODES) 1
+	eval "$$(scripts/rehearsal.sh env)" && $(BIN)/ansible-playbook $$REHEARSAL_INVENTORY deploy.yml
+
+## rehearsal-down: cancel the job, stop the rehearsal cluster (Slurm, nodes, their engines) and remove it
+rehearsal-down:
+	-eval "$$(scripts/rehearsal.sh env 2>/dev/null)" && scancel $$SLURM_JOB_ID
+	scripts/rehearsal.sh down

@@ -5,6 +5,7 @@
 #   scripts/rehearsal.sh alloc [N] [GPUS]  hold an allocation of N nodes (default all) with GPUS gpu gres per node
 #                                          (default AIC_REHEARSAL_GPUS); prints the job id (scancel it when done)
 #   scripts/rehearsal.sh status            nodes, Slurm daemons, sinfo
+#   scripts/rehearsal.sh env               the exports for the SPUR command on it: eval "$(scripts/rehearsal.sh env)"
 #   scripts/rehearsal.sh gpu-ids JOB       each node's GPU ids of job JOB (NODES: IDS lines): the stand-in for SPUR's
 #                                          GetJob call, inventories/spur/aic-slurm.yml's gpu_ids_command here
 #   scripts/rehearsal.sh down              stop the slurmd's, slurmctld, munged and the bed
@@ -394,7 +395,7 @@ down() {
   done
   "$REPO/scripts/testbed.sh" down 9>&-
   revoke_python
-  rm -f "$SUDOERS" "$STATE/bed.yml"
+  rm -f "$SUDOERS" "$STATE/bed.yml" "$STATE/job"
 }
 
 up() {
@@ -430,7 +431,19 @@ alloc() {
     die "salloc failed: $out"
   job=$(sed -n 's/.*Granted job allocation \([0-9]\+\).*/\1/p' <<<"$out" | head -n1)
   [ -n "$job" ] || die "no job id in salloc's output: $out"
+  echo "$job" >"$STATE/job"
   echo "$job"
+}
+
+# What an operator exports to run the SPUR command against the rehearsal cluster (eval "$(rehearsal.sh env)").
+env_lines() {
+  local job
+  job=$(cat "$STATE/job" 2>/dev/null || true)
+  [ -n "$job" ] || die "no allocation yet: run scripts/rehearsal.sh alloc"
+  echo "export SLURM_CONF=$SLURM_CONF"
+  echo "export SLURM_JOB_ID=$job"
+  echo "export AIC_SLURM_GPU_IDS_COMMAND='$REPO/scripts/rehearsal.sh gpu-ids {job_id}'"
+  echo "export REHEARSAL_INVENTORY='-i inventories/spur -i inventories/rehearsal -i $STATE/bed.yml'"
 }
 
 status() {
@@ -459,6 +472,7 @@ case "$cmd" in
     ;;
   alloc) alloc "$@" ;;
   gpu-ids) gpu_ids "$@" ;;
+  env) env_lines ;;
   status) status ;;
-  *) sed -n '2,39p' "$0" >&2 && exit 2 ;;
+  *) sed -n '2,40p' "$0" >&2 && exit 2 ;;
 esac
