@@ -63,3 +63,26 @@ def test_the_role_entry_points_have_argument_specs():
     for name in specs:
         assert (ROLE / "tasks" / f"{name}.yml").is_file()
     assert not specs["main"]["options"]["image_build_base_ref"].get("required", False)
+
+
+def test_an_exporter_without_its_image_is_skipped_by_name_not_failed():
+    image = yaml.safe_load((ROLE / "tasks" / "exporter_image.yml").read_text())
+    (block,) = image
+    assert block["rescue"], "a missing exporter image must be rescued (skipped), never fail the node"
+    names = [t["name"] for t in block["block"]]
+    # A given image is looked up first and pulled only when the engine lacks it.
+    look, refuse, pull = (names.index(n) for n in names if "given image" in n or "Refuse" in n or "Pull" in n)
+    assert look < refuse < pull
+    pull_task = block["block"][pull]
+    assert "_monitoring_image_info.images | length == 0" in pull_task["when"]
+    decide = yaml.safe_load((ROLE / "tasks" / "decide.yml").read_text())
+    line = next(t for t in decide if t["name"].startswith("Say which exporters this node skips"))
+    assert (
+        "skipping {{ _monitoring_unavailable | map(attribute='name') | join(', ') }}"
+        in line["ansible.builtin.debug"]["msg"]
+    )
+
+
+def test_given_images_are_not_pulled_where_the_site_distributes_them():
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    assert "aic_plan.images.distribute_monitoring" in defaults["monitoring_image_pull"]
