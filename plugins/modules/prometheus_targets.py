@@ -49,13 +49,13 @@ options:
     default: []
   expected_targets:
     description:
-      - Label matchers of targets that must be up, for example C({job: vllm, node: node2, gpu: "3"})
-        (aic.stack.cluster_expected_targets builds them for every node of the job).
-      - Each key is a target label name and each value must equal that label exactly; a label the
+      - 'Label matchers of targets that must be up, for example C({job: vllm, node: node2, gpu: "3"})
+        (aic.stack.cluster_expected_targets builds them for every node of the job).'
+      - 'Each key is a target label name and each value must equal that label exactly; a label the
         target does not carry counts as the empty string, so C(gpu: "") matches a vLLM target on cpu.
-        C(job) also matches the scrape pool.
-      - An entry is up when at least one active target matches it and every matching target is
-        C(up); so C({job: vllm, node: node2}) requires every vLLM instance of node2.
+        C(job) also matches the scrape pool.'
+      - 'An entry is up when at least one active target matches it and every matching target is
+        C(up); so C({job: vllm, node: node2}) requires every vLLM instance of node2.'
       - At least one of O(expected_jobs) and O(expected_targets) is required.
     type: list
     elements: dict

@@ -192,3 +192,15 @@ def test_nothing_expected_is_an_error(http_server, run_module):
         f"Prometheus at {http_server.url}: expected_jobs or expected_targets must list at least one job or target"
     )
     assert http_server.calls("/api/v1/targets") == []
+
+
+def test_documentation_examples_and_return_parse_and_document_expected_targets():
+    import yaml
+
+    doc = yaml.safe_load(prometheus_targets.DOCUMENTATION)
+    assert set(doc["options"]) == {"url", "expected_jobs", "expected_targets", "wait_timeout", "request_timeout"}
+    assert doc["options"]["expected_targets"]["elements"] == "dict"
+    returned = yaml.safe_load(prometheus_targets.RETURN)
+    assert {"targets", "down_targets", "down_nodes"} <= set(returned)
+    examples = yaml.safe_load(prometheus_targets.EXAMPLES)
+    assert any("expected_targets" in task.get("aic.stack.prometheus_targets", {}) for task in examples)
