@@ -49,7 +49,7 @@ class ActionModule(ActionBase):
                 artifact_dir=args.get("artifact_dir") or "",
                 last_healthy=last,
             )
-            last_rec = rel.record(last, "last_healthy") if last else None
+            last_rec = rel.last_healthy_record(last)
             rollback = rel.rollback_target(release, last)
         except rel.ReleaseError as exc:
             raise AnsibleActionFail(f"Release: {exc}") from exc

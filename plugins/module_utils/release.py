@@ -74,6 +74,16 @@ def record(data, source, manifest_path=""):
     return out
 
 
+def last_healthy_record(data):
+    """This node's deployed.json as a release record, keeping when it was deployed (None when there is none)."""
+    if not data:
+        return None
+    out = record(data, "last_healthy")
+    if isinstance(data, dict) and data.get("deployed_at"):
+        out["deployed_at"] = data["deployed_at"]
+    return out
+
+
 def distributable(rec):
     """True when the record carries an artifact (tarball + digest) that can be sent to the nodes."""
     return bool(rec and rec.get("manifest") and all(rec.get(k) for k in ARTIFACT_KEYS))

@@ -136,6 +136,17 @@ def test_deployed_record_is_stable_across_reruns():
     assert rel.record(first, "last_healthy")["source"] == "last_healthy"
 
 
+def test_a_rerun_rewrites_nothing_through_the_records_the_action_returns():
+    # First rollout: the pinned release with its artifact; deployed.json is written from it.
+    release = rel.record(manifest(NEW), "pinned", "/a/m.json")
+    written = rel.deployed_record(release, "t0")
+    # Rerun: the action reads deployed.json back (last_healthy_record) and resolves the same release.
+    last = rel.last_healthy_record(written)
+    assert last["deployed_at"] == "t0" and last["source"] == "last_healthy"
+    assert rel.deployed_record(release, "t1", last) == written
+    assert rel.last_healthy_record(None) is None
+
+
 def test_pinned_rerun_keeps_the_known_image_id():
     first = rel.deployed_record(rel.record(manifest(NEW), "build"), "t0")
     pinned = rel.resolve(NAME, pinned=NEW)
