@@ -730,6 +730,10 @@ def build_plan(inputs):
             "direct_io": v["aic_lmcache_direct_io"],
             "separate_object_groups": v["aic_lmcache_separate_object_groups"],
             "nixl_telemetry_port": v["aic_nixl_telemetry_port"],
+            # Container ports LMCache publishes on the bind address: its HTTP port (health, metrics) and, with a NIXL
+            # L2 backend, NIXL's telemetry, so that a job's Prometheus on another host can scrape both.
+            "published_ports": [v["aic_lmcache_http_port"]]
+            + ([v["aic_nixl_telemetry_port"]] if v["aic_lmcache_l2_backend"] in NIXL_L2_BACKENDS else []),
             "chunk_bytes": kv_chunk_bytes(
                 v["aic_lmcache_chunk_size"],
                 v["aic_model_num_layers"],

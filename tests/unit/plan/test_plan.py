@@ -52,6 +52,7 @@ NON_DEFAULTS = {
     "aic_rollout_batch_size": "10%",
     "aic_rollout_max_fail_percentage": 20,
     "aic_distribute_monitoring_images": True,
+    "aic_artifact_dir": "/shared/artifacts",
     "aic_vllm_lmcache": False,
     "aic_gpus": ["4", "5"],
     "aic_hf_home": "/shared/hf",
@@ -222,6 +223,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "direct_io": True,
         "separate_object_groups": True,
         "nixl_telemetry_port": 19090,
+        "published_ports": [8080],
         # 128 tokens x 2 KV heads x 32 head dim x 2 (K, V) x 2 layers x 4 bytes (float32): the tiny model.
         "chunk_bytes": 131072,
     }
@@ -782,3 +784,8 @@ def test_monitoring_images_to_distribute_are_the_pinned_ones():
         "rocm/device-metrics-exporter:v1.5.1",
     ]
     assert build_plan({})[0]["images"]["distribute_monitoring"] == []
+
+
+def test_lmcache_publishes_nixl_telemetry_only_with_a_nixl_backend():
+    assert build_plan({"aic_lmcache_l2_backend": "nixl_posix"})[0]["lmcache"]["published_ports"] == [8080, 19090]
+    assert build_plan({})[0]["lmcache"]["published_ports"] == [8080]
