@@ -8,7 +8,7 @@ it needs are built on the main engine by the first run and copied with ``docker 
 
 The stack name (``aicmon``) and host ports (19291/19292 on the main engine, 19391/19392 on the blocked one)
 never collide with the main stack (aic-*, 8000/8080/9090); only containers this test creates are removed.
-Needs root, dockerd and the base image of the last build (.work/aic-stack-cpu.image.json, or AIC_BASE_IMAGE).
+Needs root, dockerd and the base image of the last build (.work/artifacts/aic-stack-cpu.current.json, or AIC_BASE_IMAGE).
 """
 
 from __future__ import annotations
@@ -51,9 +51,10 @@ def docker(*args, host=None, check=True, **kwargs):
 
 def base_image():
     ref = os.environ.get("AIC_BASE_IMAGE")
-    record = REPO / ".work" / "aic-stack-cpu.image.json"
+    # The release record of the last build (its manifest pointer) names the base image it was built on.
+    record = REPO / ".work" / "artifacts" / "aic-stack-cpu.current.json"
     if not ref and record.exists():
-        ref = json.loads(record.read_text())["base"]
+        ref = json.loads(record.read_text()).get("base_image")
     if not ref or docker("image", "inspect", ref, check=False).returncode != 0:
         pytest.skip(f"base image {ref or '(no build record)'} is not on the main engine: build the stack first")
     return ref
