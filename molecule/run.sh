@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Run the molecule scenarios of aic.stack: molecule/run.sh [scenario...] (default: every molecule/*/ scenario).
 # The instances are containers from the local aic-base image (no registry); the tools come from the checkout's venv.
+#
+# Scenarios share nothing (own instances, own ephemeral directories), so MOLECULE_JOBS of them (default 2, one per
+# core of the CI machine) run side by side; each one's output is printed in one piece when it ends. A failure starts
+# no further scenario and fails the run once the running ones ended. Timing-sensitive scenarios (ALONE: the relay's
+# stall timeouts are seconds) run afterwards, by themselves. MOLECULE_JOBS=1: one after the other, output as it comes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
@@ -30,9 +35,51 @@ if [[ " ${scenarios[*]} " == *" health "* ]] &&
   exit 3
 fi
 
-for scenario in "${scenarios[@]}"; do
+ALONE=" image_distribute "
+jobs_max=${MOLECULE_JOBS:-2}
+
+run_one() {
+  local scenario=$1 start=$SECONDS
   echo "=== molecule test -s $scenario (instance image $AIC_BASE_IMAGE)"
-  start=$SECONDS
   molecule test -s "$scenario"
   echo "=== molecule scenario $scenario passed in $((SECONDS - start)) s"
+}
+
+side_by_side=() alone=()
+for scenario in "${scenarios[@]}"; do
+  if [[ "$jobs_max" -gt 1 && "$ALONE" != *" $scenario "* ]]; then side_by_side+=("$scenario"); else alone+=("$scenario"); fi
+done
+
+failed=()
+if [[ ${#side_by_side[@]} -gt 0 ]]; then
+  logs=$(mktemp -d)
+  trap 'rm -rf "$logs"' EXIT
+  declare -A running=() # pid -> scenario
+  collect() {           # wait for one running scenario to end, print its output
+    local pid=0 rc=0
+    wait -n -p pid "${!running[@]}" || rc=$?
+    local scenario=${running[$pid]}
+    unset "running[$pid]"
+    cat "$logs/$scenario.log"
+    if [[ $rc -ne 0 ]]; then
+      echo "=== molecule scenario $scenario FAILED (rc $rc)"
+      failed+=("$scenario")
+    fi
+  }
+  echo "=== molecule: ${side_by_side[*]} (at most $jobs_max at a time), then: ${alone[*]:-nothing}"
+  for scenario in "${side_by_side[@]}"; do
+    while [[ ${#running[@]} -ge $jobs_max ]]; do collect; done
+    [[ ${#failed[@]} -eq 0 ]] || break
+    run_one "$scenario" >"$logs/$scenario.log" 2>&1 &
+    running[$!]=$scenario
+  done
+  while [[ ${#running[@]} -gt 0 ]]; do collect; done
+fi
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "molecule/run.sh: failed: ${failed[*]}" >&2
+  exit 1
+fi
+
+for scenario in "${alone[@]}"; do
+  run_one "$scenario"
 done

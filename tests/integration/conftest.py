@@ -1,7 +1,13 @@
-"""Shared fixtures for integration tests: run real playbooks through ansible-runner."""
+"""Shared fixtures for integration tests: run real playbooks through ansible-runner.
+
+The modules that need the local stack run last, in STACK_MODULES order (pytest_collection_modifyitems below): first
+the ones that only need the default stack up and healthy (they share one deploy, ``default_stack``), then the ones
+that change it; the last of those deploys the default stack again, so the session ends with it deployed.
+"""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import pathlib
 import shutil
@@ -9,10 +15,51 @@ import subprocess
 import sys
 
 import ansible_runner
+import docker
 import pytest
+import requests
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 LOCAL_INVENTORY = REPO / "inventories" / "local"
+
+# The integration modules that use the local stack, in the order they run, after every other module (those keep
+# their alphabetical order). The first four only need the default stack up and healthy and share it
+# (``default_stack``); test_vllm_instances ends with a teardown. The last three change the stack whatever it was;
+# test_cliff_bench_slurm ends by deploying the default stack again (molecule's health scenario needs it).
+STACK_MODULES = (
+    "test_local_stack",
+    "test_l2_tier",
+    "test_rollback",
+    "test_vllm_instances",
+    "test_l2_zero_causes",
+    "test_cliff_bench",
+    "test_cliff_bench_slurm",
+)
+# The default stack of inventories/local: its containers' label and the endpoints that answer when it is healthy.
+STACK_LABEL = "ai.aic.stack=aic"
+STACK_HEALTH_URLS = (
+    "http://127.0.0.1:8000/health",
+    "http://127.0.0.1:8080/healthcheck",
+    "http://127.0.0.1:9090/-/ready",
+)
+PROMETHEUS_DIR = REPO / ".work" / "prometheus"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the local-stack modules after every other integration module, in STACK_MODULES order; nothing else moves."""
+    rank = {name: i + 1 for i, name in enumerate(STACK_MODULES)}
+
+    def here(item):
+        return pathlib.Path(str(item.fspath)).parent == HERE
+
+    def key(item):
+        return rank.get(pathlib.Path(str(item.fspath)).stem, 0) if here(item) else 0
+
+    stack = sorted((item for item in items if key(item)), key=key)  # stable: each module keeps its test order
+    rest = [item for item in items if not key(item)]
+    last = max((n for n, item in enumerate(rest) if here(item)), default=len(rest) - 1)
+    items[:] = rest[: last + 1] + stack + rest[last + 1 :]
 
 
 def run_playbook(playbook, tmp_path, inventory=LOCAL_INVENTORY, extravars=None, cmdline=None):
@@ -88,3 +135,100 @@ def slurm_conf():
     conf = f"{state}/etc/slurm.conf"
     assert f"SLURM_CONF={conf}" in proc.stdout
     return conf
+
+
+def stack_fingerprint():
+    """Every container of the default stack as a default deploy decides it (image, command, environment, labels,
+    ports, mounts, namespaces, limits) and whether it runs, plus the generated Prometheus configuration. Container
+    ids are left out: a container recreated with the same configuration (a rollback) is the same stack; a namespace
+    shared with another container is named by that container's name."""
+    containers = docker.from_env().containers.list(all=True, filters={"label": STACK_LABEL})
+    names = {c.id: c.name for c in containers}
+
+    def by_name(mode):
+        kind, _, ref = (mode or "").partition(":")
+        return f"container:{names.get(ref, ref)}" if kind == "container" else mode
+
+    out = {}
+    for c in containers:
+        config, host = c.attrs["Config"], c.attrs["HostConfig"]
+        out[c.name] = [
+            c.attrs["State"]["Running"],
+            config.get("Image"),
+            config.get("Entrypoint"),
+            config.get("Cmd"),
+            sorted(config.get("Env") or []),
+            config.get("Labels"),
+            host.get("PortBindings"),
+            host.get("Mounts"),
+            host.get("Binds"),
+            host.get("ShmSize"),
+            by_name(host.get("IpcMode")),
+            by_name(host.get("PidMode")),
+            host.get("NetworkMode"),
+            host.get("Ulimits"),
+            host.get("Devices"),
+            host.get("RestartPolicy"),
+        ]
+    for path in sorted(PROMETHEUS_DIR.rglob("*")) if PROMETHEUS_DIR.is_dir() else []:
+        if path.is_file():
+            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return out
+
+
+def stack_answers():
+    try:
+        return all(requests.get(url, timeout=10).status_code == 200 for url in STACK_HEALTH_URLS)
+    except requests.RequestException:
+        return False
+
+
+class DefaultStack:
+    """The default local stack (deploy.yml, inventories/local, no extra vars) of this session.
+
+    ``ensure()`` deploys it unless the stack that the last default deploy of this session left is still there: the
+    same containers configured the same way (stack_fingerprint), every one running, every service answering. A
+    module that changed it (other extra vars, an out-of-band container, a teardown) makes the next ensure() deploy.
+    """
+
+    def __init__(self, tmp_path_factory):
+        self._tmp = tmp_path_factory
+        self._fingerprint = None
+        self.runner = None  # the successful default deploy that made the running stack
+
+    def deploy(self):
+        """Run the default deploy (each in its own private data dir: its events stay readable)."""
+        runner = run_playbook("deploy.yml", self._tmp.mktemp("default-stack"))
+        assert runner.status == "successful", failures(runner)
+        self.runner, self._fingerprint = runner, stack_fingerprint()
+        return runner
+
+    def is_up(self):
+        return self._fingerprint is not None and stack_fingerprint() == self._fingerprint and stack_answers()
+
+    def ensure(self):
+        if not self.is_up():
+            self.deploy()
+        return self.runner
+
+
+@pytest.fixture(scope="session")
+def local_stack(tmp_path_factory):
+    """The session's DefaultStack (deploys nothing by itself)."""
+    return DefaultStack(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def default_stack(local_stack):
+    """The default local stack, up and healthy, for a module that needs nothing else: deployed for the first module
+    that asks and again only when something changed it since. The runner of the deploy that made it."""
+    return local_stack.ensure()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def leave_the_default_stack(request, local_stack):
+    """AIC_TEST_LEAVE_DEFAULT_STACK=1 (scripts/run-tests.sh): a session that passed ends with the default stack up,
+    deployed only when the last stack module did not leave it (molecule's health scenario runs against it)."""
+    yield
+    if os.environ.get("AIC_TEST_LEAVE_DEFAULT_STACK") == "1" and not request.session.testsfailed:
+        local_stack.ensure()

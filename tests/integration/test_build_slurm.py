@@ -18,7 +18,13 @@ def build_in_slurm(session_tmp, slurm_conf, **extra):
     return run_playbook(
         "playbooks/build.yml",
         session_tmp,
-        extravars={"image_build_where": "slurm", "slurm_job_client_env": {"SLURM_CONF": slurm_conf}, **extra},
+        extravars={
+            "image_build_where": "slurm",
+            "slurm_job_client_env": {"SLURM_CONF": slurm_conf},
+            # Look at the job every second, not every 5 (the role's default): the play ends when the job does.
+            "slurm_job_poll_interval": 1,
+            **extra,
+        },
     )
 
 

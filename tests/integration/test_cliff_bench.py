@@ -76,7 +76,9 @@ def test_bad_profile_input_fails_before_any_container_is_touched(session_tmp):
     assert any("cliff_bench: concurrency" in f for f in failures(runner)), failures(runner)
 
 
-def test_restore_the_inventory_stack(session_tmp):
+def test_restore_the_inventory_stack(local_stack):
     # The benchmark leaves the last arm deployed; the next tests expect the inventory's stack.
-    runner = run_playbook("deploy.yml", session_tmp)
+    # The session's default deploy (conftest.py): the next module that needs the default stack, or the end of the
+    # session, deploys nothing more.
+    runner = local_stack.deploy()
     assert runner.status == "successful", failures(runner)

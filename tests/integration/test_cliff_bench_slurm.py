@@ -254,7 +254,9 @@ def test_inventories_spur_group_vars_shape_the_spur_job(tmp_path):
     ]
 
 
-def test_restore_the_inventory_stack(session_tmp):
+def test_restore_the_inventory_stack(local_stack):
     # The dram arm left LMCache without its L2 tier; the next tests expect the inventory's stack.
-    runner = run_playbook("deploy.yml", session_tmp)
+    # The session's default deploy (conftest.py): the next module that needs the default stack, or the end of the
+    # session, deploys nothing more.
+    runner = local_stack.deploy()
     assert runner.status == "successful", failures(runner)

@@ -26,9 +26,15 @@ pytestmark = pytest.mark.integration
 BED = pathlib.Path(os.environ.get("AIC_BED_DIR", "/var/lib/aic-bed"))
 TESTBED = REPO / "scripts" / "testbed.sh"
 NODES = 4
-RATE = "10mbps"  # 10 MB/s per link: a 48 MiB tarball takes ~5 s, long enough to break things mid-transfer
-BLOB_MIB = 48
+RATE = "10mbps"  # 10 MB/s per link
+# The image of the tests that break a transfer midway (a relay killed, a link cut): a 48 MiB tarball takes ~5 s
+# per link, long enough to break things mid-transfer. Every other test needs a delivery, not its duration: 8 MiB
+# (~1 s per link; still several 4 MiB relay frames and load blocks).
+LONG_BLOB_MIB = 48
+BLOB_MIB = 8
 STALL = 2
+# One ssh connection per node for the helpers below (testbed.sh down removes the sockets with the bed's cp-*).
+SSH_MUX = ["-o", "ControlMaster=auto", "-o", "ControlPersist=60s", "-o", f"ControlPath={BED}/cp-test-%C"]
 
 
 def sh(*cmd, **kwargs):
@@ -39,7 +45,7 @@ def on_node(i, command):
     """Run a shell command on node i through its sshd (the node's own mount namespace and Docker engine)."""
     return sh(
         "ssh", "-q", "-i", str(BED / "ssh" / "id_ed25519"), "-o", "UserKnownHostsFile=/dev/null",
-        "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", f"root@10.77.0.{10 + i}", command,
+        "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", *SSH_MUX, f"root@10.77.0.{10 + i}", command,
     )  # fmt: skip
 
 
@@ -83,8 +89,9 @@ def bed():
     work = pathlib.Path(tempfile.mkdtemp(prefix="aic-distribute-"))
     try:
         new = make_image("aic-dist-new", BLOB_MIB, work)
+        long = make_image("aic-dist-long", LONG_BLOB_MIB, work)
         old = make_image("aic-dist-old", 0, work)
-        yield {"new": new, "old": old}
+        yield {"new": new, "long": long, "old": old}
     finally:
         shutil.rmtree(work, ignore_errors=True)
         sh(str(TESTBED), "down", timeout=300)
@@ -192,7 +199,7 @@ def test_broadcast_reaches_every_node_then_a_rerun_moves_nothing(clean, tmp_path
 
 
 def test_a_dead_relay_is_routed_around_and_named(clean, tmp_path):
-    path, manifest = clean["new"]
+    path, manifest = clean["long"]
     killed = when_part_grows(2, manifest, 0.3, lambda: kill_relay(2, manifest))
     runner = distribute(tmp_path, path, image_distribute_strategy="broadcast")
     assert killed.is_set()
@@ -214,7 +221,7 @@ def test_a_dead_relay_is_routed_around_and_named(clean, tmp_path):
 
 
 def test_a_node_cut_off_mid_rollout_does_not_stop_the_others(clean, tmp_path):
-    path, manifest = clean["new"]
+    path, manifest = clean["long"]
     cut = when_part_grows(3, manifest, 0.3, lambda: sh("ip", "link", "set", "aicbedh3", "down"))
     try:
         runner = distribute(tmp_path, path, image_distribute_strategy="broadcast")
@@ -313,8 +320,9 @@ def test_check_mode_moves_nothing(clean, tmp_path):
         ({"image_distribute_shared_fs_concurrency": "many"}, "image_distribute_shared_fs_concurrency"),
     ],
 )
-def test_bad_input_fails_before_any_node_is_asked(clean, tmp_path, extra, message):
-    path, _manifest = clean["new"]
+def test_bad_input_fails_before_any_node_is_asked(bed, tmp_path, extra, message):
+    # No node is asked anything: the bed as the previous test left it will do (no wipe).
+    path, _manifest = bed["new"]
     args = {"image_distribute_manifest": str(path), **extra}
     runner = distribute(tmp_path, args.pop("image_distribute_manifest"), **args)
     assert runner.status == "failed"

@@ -17,7 +17,7 @@ import docker
 import pytest
 import requests
 
-from .conftest import LOCAL_INVENTORY, REPO, failures, run_playbook
+from .conftest import LOCAL_INVENTORY, REPO, failures
 from .test_local_stack import LMCACHE, MODEL, VLLM, metric, wait_healthy
 
 pytestmark = pytest.mark.integration
@@ -42,9 +42,9 @@ def lmcache_metric(name):
 
 
 @pytest.fixture(scope="module")
-def deployed(session_tmp):
-    runner = run_playbook("deploy.yml", session_tmp)
-    assert runner.status == "successful", failures(runner)
+def deployed(default_stack):
+    # The session's default stack (conftest.py): deployed again only if an earlier module changed it.
+    return default_stack
 
 
 def lmcache_health_l2(tmp_path):

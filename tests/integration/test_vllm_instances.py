@@ -46,12 +46,8 @@ def vllm_metric(base, name):
     return metric(requests.get(f"{base}/metrics", timeout=10).text, name)
 
 
-@pytest.fixture(scope="module")
-def default_stack(session_tmp):
-    runner = run_playbook("deploy.yml", session_tmp)
-    assert runner.status == "successful", failures(runner)
-
-
+# default_stack (conftest.py): the session's default stack, up and healthy; this module changes it and ends with a
+# teardown.
 def test_changing_an_lmcache_setting_restarts_lmcache_then_vllm(default_stack, session_tmp):
     before = {name: state(name)["StartedAt"] for name in ("aic-lmcache", "aic-vllm")}
     runner = run_playbook("deploy.yml", session_tmp, extravars=LMCACHE_CHANGE)
