@@ -38,6 +38,11 @@
 #   AIC_REHEARSAL_PREFIX (10.78.0), AIC_REHEARSAL_BED_NAME (aicreh), AIC_REHEARSAL_CONTROLLER_SSH_PORT (2223)
 #   AIC_REHEARSAL_CTLD_PORT (17817), AIC_REHEARSAL_SLURMD_PORT (17818), AIC_REHEARSAL_WAIT (60 s for nodes idle)
 #   AIC_REHEARSAL_PYTHON (the checkout's .venv/bin/python)  ansible_python_interpreter of the nodes
+#   AIC_REHEARSAL_COLD (empty)                   1: every `up` starts the nodes with empty Docker engines. By
+#                                                default the bed is warm, like a cluster's nodes between two jobs:
+#                                                `down` keeps each node's images and `up` keeps only the current
+#                                                stand-in images (testbed.sh's AIC_BED_KEEP_IMAGES), so a rollout
+#                                                finds them present (AIC_REHEARSAL_COLD=1 ... down frees the space)
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${AIC_REHEARSAL_DIR:-/var/lib/aic-rehearsal}
@@ -199,6 +204,15 @@ standin_images() {
   echo "    aic_rehearsal_stack_image: \"$([ -f "$pointer" ] && "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["image"])' "$pointer")\""
   echo "    aic_rehearsal_prometheus_image: \"$(newest_image aic-prometheus)\""
   echo "    aic_rehearsal_node_exporter_image: \"$(newest_image aic-node-exporter)\""
+}
+
+# The images a warm bed's nodes keep (the stand-ins of standin_images); empty for a cold bed.
+warm_images() {
+  local pointer=$REPO/.work/artifacts/aic-stack-cpu.current.json
+  [ -z "${AIC_REHEARSAL_COLD:-}" ] || return 0
+  [ ! -f "$pointer" ] || "$PY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["image"])' "$pointer"
+  newest_image aic-prometheus
+  newest_image aic-node-exporter
 }
 
 # Per node of job $1: its GPU ids from `scontrol show job -d`, as `NODES: IDS` lines. The STAND-IN for SPUR's GetJob
@@ -393,7 +407,7 @@ down() {
   for sock in "$BED"/cp-*; do
     if [ -S "$sock" ]; then ssh -o ControlPath="$sock" -O exit aic-bed-node >/dev/null 2>&1 || true; fi
   done
-  "$REPO/scripts/testbed.sh" down 9>&-
+  AIC_BED_KEEP_IMAGES=$(warm_images | xargs) "$REPO/scripts/testbed.sh" down 9>&-
   revoke_python
   rm -f "$SUDOERS" "$STATE/bed.yml" "$STATE/job"
 }
@@ -407,7 +421,7 @@ up() {
   down
   deploy_user
   # 9>&-: the bed's daemons must not inherit (and hold) this script's lock.
-  "$REPO/scripts/testbed.sh" up "$n" none 9>&-
+  AIC_BED_KEEP_IMAGES=$(warm_images | xargs) "$REPO/scripts/testbed.sh" up "$n" none 9>&-
   for i in $(seq 1 "$n"); do node_files "$i"; done
   t1=$EPOCHREALTIME
   log "bed of $n node(s) up in $(elapsed "$t0" "$t1") s"

@@ -22,12 +22,12 @@ done
 step "start the Docker engine (playbooks/host.yml, role docker_host)"
 ansible-playbook -i inventories/local playbooks/host.yml
 step "unit tests"
-pytest -q tests/unit
+pytest -q tests/unit --durations=10
 step "integration tests on the real local stack"
 # They end with the default local stack deployed and healthy (tests/integration/conftest.py: the last stack module
 # deploys it; AIC_TEST_LEAVE_DEFAULT_STACK=1 deploys it at the end only when that did not happen). Molecule's health
 # scenario runs against it.
-AIC_TEST_LEAVE_DEFAULT_STACK=1 pytest -q tests/integration
+AIC_TEST_LEAVE_DEFAULT_STACK=1 pytest -q tests/integration --durations=40
 step "molecule"
 molecule/run.sh
 step "done"

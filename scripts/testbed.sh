@@ -25,6 +25,11 @@
 #   AIC_BED_USER=NAME       an existing non-root user may log in with the bed's key and gets its own ~/.ansible and
 #                           ~/.ansible_async per node (like root's); each node resolves its own name (/etc/hosts), so
 #                           sudo on a node does not complain
+#   AIC_BED_KEEP_IMAGES="REF..."  a warm bed, like a cluster's nodes between two jobs: `down` keeps every node's
+#                           Docker image store (after removing its containers, volumes and networks; a node that does
+#                           not answer loses all of it), the rest of the node's state goes; `up` then removes every
+#                           image of a node that is not one of these references (repository:tag), so the store holds
+#                           one set and never grows. Unset: every bed starts with empty engines.
 set -euo pipefail
 BED=${AIC_BED_DIR:-/var/lib/aic-bed}
 PREFIX=${AIC_BED_PREFIX:-10.77.0}
@@ -33,6 +38,7 @@ BRIDGE=${NAME}0
 AUTHZ=${AIC_BED_AUTHZ:-}
 AUTHZ_PLUGIN=${AIC_BED_AUTHZ_PLUGIN:-$(cd "$(dirname "$0")" && pwd)/bed/pidhost_authz.py}
 BED_USER=${AIC_BED_USER:-}
+KEEP_IMAGES=${AIC_BED_KEEP_IMAGES:-}
 CTRL_SSH_PORT=${AIC_BED_CONTROLLER_SSH_PORT:-2222}
 PY=${AIC_BED_PYTHON:-$(cd "$(dirname "$0")/.." && pwd)/.venv/bin/python}
 BURST=256k
@@ -187,7 +193,49 @@ stop_node() {
   ip link del "${NAME}h$i" 2>/dev/null || true
 }
 
+# Warm bed (AIC_BED_KEEP_IMAGES): every running node empties its engine of containers, volumes and networks in
+# parallel; a node that does not answer is marked to lose its whole data root.
+empty_engines() {
+  local i
+  for i in $(nodes); do
+    # shellcheck disable=SC2016 # expanded on the node
+    { ssh_node "$i" 'docker rm -f $(docker ps -aq) >/dev/null 2>&1; docker volume prune -f >/dev/null &&
+        docker network prune -f >/dev/null' || touch "$BED/nodes/node$i/purge"; } &
+  done
+  wait
+}
+
+# What `down` leaves of a node: nothing, or (warm bed) its Docker data root unless the node was marked to purge.
+clear_nodes() {
+  local d
+  [[ -d "$BED/nodes" ]] || return 0
+  if [[ -z "$KEEP_IMAGES" ]]; then
+    rm -rf "$BED/nodes"
+    return 0
+  fi
+  for d in "$BED"/nodes/*/; do
+    if [[ -e "$d/purge" ]]; then
+      rm -rf "$d"
+    else
+      find "$d" -mindepth 1 -maxdepth 1 ! -name docker -exec rm -rf {} +
+    fi
+  done
+}
+
+# Warm bed: every node drops the images that are not in AIC_BED_KEEP_IMAGES (then the dangling layers).
+keep_only_listed_images() {
+  local i
+  for i in $(nodes); do
+    # shellcheck disable=SC2016 # $ref and $keep are expanded on the node
+    ssh_node "$i" "keep=' $KEEP_IMAGES ';"'docker images --format "{{.Repository}}:{{.Tag}}" | while read -r ref; do
+        case "$keep" in *" $ref "*) ;; *) docker rmi -f "$ref" >/dev/null 2>&1 || true ;; esac; done
+      docker image prune -f >/dev/null' &
+  done
+  wait
+}
+
 down() {
+  [[ -z "$KEEP_IMAGES" ]] || empty_engines
   for i in $(nodes); do stop_node "$i"; done
   if [[ -f "$BED/sshd_controller.pid" ]]; then
     kill "$(cat "$BED/sshd_controller.pid")" 2>/dev/null || true
@@ -196,8 +244,8 @@ down() {
   iptables -D FORWARD -i "$BRIDGE" -o "$BRIDGE" -j ACCEPT 2>/dev/null || true
   ip link del "$BRIDGE" 2>/dev/null || true
   rm -f "$BED"/cp-*
-  # The nodes' Docker data is kept out of the next bed: a fresh bed starts without any image.
-  rm -rf "$BED/nodes"
+  # The nodes' Docker data is kept out of the next bed (a fresh bed starts without any image) unless it is warm.
+  clear_nodes
 }
 
 up() {
@@ -211,6 +259,10 @@ up() {
     exit 1
   fi
   write_config
+  # A warm bed's nodes beyond N are not part of this one.
+  find "$BED/nodes" -mindepth 1 -maxdepth 1 -name 'node*' | while read -r d; do
+    [[ "${d##*/node}" -le "$n" ]] || rm -rf "$d"
+  done
   ip link add "$BRIDGE" type bridge
   ip addr add "${PREFIX}.1/24" dev "$BRIDGE"
   ip link set "$BRIDGE" up
@@ -252,6 +304,7 @@ up() {
     ssh_node "$i" sshfs -p "$CTRL_SSH_PORT" -o ro,allow_other,IdentityFile="$BED/ssh/id_ed25519",StrictHostKeyChecking=no \
       -o UserKnownHostsFile=/dev/null,reconnect "root@${PREFIX}.1:$BED/shared" /srv/aic-shared
   done
+  [[ -z "$KEEP_IMAGES" ]] || keep_only_listed_images
   log "$n node(s) up, links capped at $rate; inventory: $BED/inventory.yml"
 }
 
@@ -281,5 +334,5 @@ rate)
   cap "$BRIDGE" "$r"
   for i in $(nodes); do cap eth0 "$r" "$NAME-$i" && cap "${NAME}h$i" "$r"; done
   ;;
-*) sed -n '2,27p' "$0" >&2 && exit 2 ;;
+*) sed -n '2,32p' "$0" >&2 && exit 2 ;;
 esac

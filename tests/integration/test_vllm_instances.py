@@ -138,6 +138,8 @@ def test_teardown_stops_the_shared_pid_namespace_before_removing(two_instances, 
     ]
     assert len(reports) == 1
     assert any("vllm.entrypoints.openai.api_server" in cmd for cmd in reports[0]["signalled"]), reports
+    # LMCache's own processes (its init and its server under it) are not vLLM's to stop.
+    assert not any("lmcache" in cmd and "vllm" not in cmd for cmd in reports[0]["signalled"]), reports
     client = docker.from_env()
     assert client.containers.list(all=True, filters={"label": "ai.aic.stack=aic"}) == []
     leftover = subprocess.run(["pgrep", "-f", "vllm.entrypoints"], capture_output=True, text=True)
