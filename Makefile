@@ -5,7 +5,7 @@ INVENTORY ?= inventories/local
 BIN := $(VENV)/bin
 PLAYBOOK := $(BIN)/ansible-playbook -i $(INVENTORY)
 
-.PHONY: setup build deploy down test lint unit integration molecule cliff-kvd cliff-spur-l2 rehearsal rehearsal-down
+.PHONY: setup build lock-wheels deploy down test lint unit integration molecule cliff-kvd cliff-spur-l2 rehearsal rehearsal-down
 .DEFAULT_GOAL := deploy
 
 ## setup: create the venv with the pinned requirements and link the repo as the collection aic.stack
@@ -25,6 +25,10 @@ deploy: setup
 ## build: build the images only (base + stack) and save the stack image as tarball + sha256 + manifest
 build: setup
 	$(PLAYBOOK) playbooks/build.yml
+
+## lock-wheels: resolve the cpu image's pins afresh and write their lock (roles/image_build/files/cpu-wheels.lock)
+lock-wheels: setup
+	$(BIN)/python scripts/lock-wheels.py
 
 ## down: remove the stack's containers and network (images and data volumes are kept)
 down: setup

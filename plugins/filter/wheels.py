@@ -1,4 +1,4 @@
-"""Filters that split a wheelhouse into the cpu flavour's dependency image and stack image."""
+"""Filters over a wheelhouse: split it into the cpu flavour's dependency image and stack image; write its lock."""
 
 from __future__ import annotations
 
@@ -62,6 +62,32 @@ def wheel_split(files, stack_projects, exclude=()):
     return {key: sorted(value) for key, value in out.items()}
 
 
+def wheel_lock(files, pinned=()):
+    """The pip constraints that reproduce a wheelhouse: ``project==version`` for every wheel of ``files``, sorted by
+    project, except the projects named by the requirements of ``pinned`` (the operator's own pins, which the lock
+    must not fight). Two wheels of one project at different versions are an error naming both."""
+    skip = {requirement_name(spec) for spec in pinned}
+    versions = {}
+    for path in files:
+        base = posixpath.basename(str(path))
+        match = WHEEL_RE.match(base)
+        if not match:
+            raise AnsibleFilterError(f"wheel_lock: {base!r} is not a wheel file name (name-version-...-platform.whl)")
+        project, version = normalize(match.group("name")), match.group("version")
+        if project in skip:
+            continue
+        if versions.setdefault(project, version) != version:
+            raise AnsibleFilterError(
+                f"wheel_lock: two versions of {project} in the wheelhouse: {versions[project]}, {version}"
+            )
+    return [f"{project}=={versions[project]}" for project in sorted(versions)]
+
+
 class FilterModule:
     def filters(self):
-        return {"wheel_split": wheel_split, "wheel_project": wheel_project, "requirement_name": requirement_name}
+        return {
+            "wheel_split": wheel_split,
+            "wheel_project": wheel_project,
+            "requirement_name": requirement_name,
+            "wheel_lock": wheel_lock,
+        }
