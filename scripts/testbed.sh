@@ -196,13 +196,15 @@ stop_node() {
 # Warm bed (AIC_BED_KEEP_IMAGES): every running node empties its engine of containers, volumes and networks in
 # parallel; a node that does not answer is marked to lose its whole data root.
 empty_engines() {
-  local i
+  local i pids=()
   for i in $(nodes); do
     # shellcheck disable=SC2016 # expanded on the node
     { ssh_node "$i" 'docker rm -f $(docker ps -aq) >/dev/null 2>&1; docker volume prune -f >/dev/null &&
         docker network prune -f >/dev/null' || touch "$BED/nodes/node$i/purge"; } &
+    pids+=($!)
   done
-  wait
+  # Only these: a bare `wait` would also wait for the nodes' own processes.
+  [[ ${#pids[@]} -eq 0 ]] || wait "${pids[@]}"
 }
 
 # What `down` leaves of a node: nothing, or (warm bed) its Docker data root unless the node was marked to purge.
@@ -224,14 +226,16 @@ clear_nodes() {
 
 # Warm bed: every node drops the images that are not in AIC_BED_KEEP_IMAGES (then the dangling layers).
 keep_only_listed_images() {
-  local i
+  local i pids=()
   for i in $(nodes); do
     # shellcheck disable=SC2016 # $ref and $keep are expanded on the node
     ssh_node "$i" "keep=' $KEEP_IMAGES ';"'docker images --format "{{.Repository}}:{{.Tag}}" | while read -r ref; do
         case "$keep" in *" $ref "*) ;; *) docker rmi -f "$ref" >/dev/null 2>&1 || true ;; esac; done
       docker image prune -f >/dev/null' &
+    pids+=($!)
   done
-  wait
+  # Only these: a bare `wait` would also wait for the nodes' init processes, started by this shell.
+  [[ ${#pids[@]} -eq 0 ]] || wait "${pids[@]}"
 }
 
 down() {

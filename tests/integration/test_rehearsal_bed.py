@@ -172,3 +172,27 @@ def test_fake_amd_devices_can_be_given_to_a_container(bed):
         flags = " ".join(f"--device {src}:{dst}" for src, dst in devices.items())
         checks = " -a ".join(f"-c {dst}" for dst in devices.values())
         as_deploy_user(bed, node, f"docker run --rm {flags} {IMAGE} /usr/bin/test {checks}")
+
+
+def test_a_warm_bed_keeps_the_stand_in_images_and_nothing_else(bed):
+    """Last (it recreates the bed): `down` + `up` keep each node's stand-in images, drop every other image and every
+    container, like a cluster's nodes between two jobs. The stand-in here is the tiny image under the name of the
+    locally built node-exporter (what rehearsal.sh keeps); the name, not the content, decides."""
+    kept = run("docker", "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", "aic-node-exporter").stdout.split()
+    if not kept:
+        pytest.skip("no locally built aic-node-exporter image (make deploy builds it)")
+    standin = kept[0]
+    as_deploy_user(
+        bed, "node1", f"docker tag {IMAGE} {standin} && docker create --name warm-probe {IMAGE} /bin/sleep 1"
+    )
+    try:
+        run(str(REHEARSAL), "down", timeout=120)
+        run(str(REHEARSAL), "up", str(NODES), timeout=300)
+        images = as_deploy_user(bed, "node1", "docker image ls --format '{{.Repository}}:{{.Tag}}'").stdout.split()
+        assert standin in images and IMAGE not in images, images
+        assert as_deploy_user(bed, "node1", "docker ps -aq").stdout.strip() == ""
+        for node in ("node2", "node3"):  # the tiny image was not a stand-in there either
+            images = as_deploy_user(bed, node, "docker image ls --format '{{.Repository}}:{{.Tag}}'").stdout.split()
+            assert IMAGE not in images, (node, images)
+    finally:
+        as_deploy_user(bed, "node1", f"docker rmi {standin}", check=False)
