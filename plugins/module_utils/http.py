@@ -132,15 +132,18 @@ class WaitResult:
         self.attempts = attempts
         self.elapsed = elapsed
         self.last_error = last_error
+        self.aborted = None
 
 
-def wait_until(probe, timeout, interval=2.0, clock=time.monotonic, sleep=time.sleep):
+def wait_until(probe, timeout, interval=2.0, clock=time.monotonic, sleep=time.sleep, abort=None):
     """Call ``probe(remaining)`` until it reports success or ``timeout`` seconds have elapsed.
 
     ``probe`` receives the seconds left before the deadline and returns ``(done, value, error)``:
     ``done`` True stops the wait; otherwise ``error`` (a string) is remembered as the reason
     the last attempt failed. The probe is always called at least once, even with ``timeout`` 0.
     Between attempts it sleeps ``interval`` seconds, never past the deadline.
+    ``abort()``, when given, is asked after every failed attempt: a string means waiting cannot help (the service's
+    container exited); the wait stops at once, not ``ok``, with ``aborted`` set to that string.
     """
     start = clock()
     deadline = start + max(0.0, float(timeout))
@@ -153,13 +156,18 @@ def wait_until(probe, timeout, interval=2.0, clock=time.monotonic, sleep=time.sl
         if done:
             return WaitResult(True, value, attempts, clock() - start, None)
         last_error = error
+        reason = abort() if abort is not None else None
+        if reason:
+            result = WaitResult(False, value, attempts, clock() - start, last_error)
+            result.aborted = reason
+            return result
         remaining = deadline - clock()
         if remaining <= 0:
             return WaitResult(False, value, attempts, clock() - start, last_error)
         sleep(min(float(interval), remaining))
 
 
-def wait_for_status(url, expected=200, timeout=60, interval=2.0, request_timeout=10, validate_certs=True):
+def wait_for_status(url, expected=200, timeout=60, interval=2.0, request_timeout=10, validate_certs=True, abort=None):
     """Poll ``GET url`` until it answers with status ``expected`` or ``timeout`` expires.
 
     Returns a :class:`WaitResult`; on success ``value`` is the :class:`HttpResponse`,
@@ -178,4 +186,4 @@ def wait_for_status(url, expected=200, timeout=60, interval=2.0, request_timeout
             return True, resp, None
         return False, resp, resp.describe()
 
-    return wait_until(probe, timeout, interval=interval)
+    return wait_until(probe, timeout, interval=interval, abort=abort)

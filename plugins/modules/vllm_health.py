@@ -23,6 +23,7 @@ author:
   - aic.stack developers
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
+  - docker (the Docker SDK for Python on the managed node, only with O(container))
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return changed status prediction without modifying target.
@@ -73,6 +74,21 @@ options:
       - Prefix that at least one metric family on C(/metrics) must start with.
     type: str
     default: "vllm:"
+  container:
+    description:
+      - Name of the vLLM container on this node's Docker engine. While the module waits for C(/health) it watches
+        the container. When it exited or restarted since the check began, waiting cannot help, so the check fails
+        at once with the exit code and the container's last log lines (a bad image fails in seconds, not after
+        O(wait_timeout)).
+      - Empty (the default) watches nothing.
+    type: str
+    default: ""
+  docker_host:
+    description:
+      - The Docker engine that runs O(container) (C(unix://...) or C(tcp://...)); empty is the SDK's default
+        (C(DOCKER_HOST) or C(unix:///var/run/docker.sock)).
+    type: str
+    default: ""
 notes:
   - Only the length of the completion text is checked, so tiny models with random weights,
     which may answer with whitespace or garbage, pass.
@@ -88,6 +104,12 @@ EXAMPLES = r"""
   aic.stack.vllm_health:
     url: http://127.0.0.1:8000
     model: tiny-llama
+
+- name: Wait for vLLM, failing at once when its container exits or restarts
+  aic.stack.vllm_health:
+    url: http://127.0.0.1:8000
+    model: tiny-llama
+    container: aic-vllm
 
 - name: Check a remote node quickly, with a custom prompt
   aic.stack.vllm_health:
@@ -141,6 +163,11 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+from ansible_collections.aic.stack.plugins.module_utils.container_watch import (
+    DOCKER_IMPORT_ERROR,
+    HAS_DOCKER,
+    ContainerWatch,
+)
 from ansible_collections.aic.stack.plugins.module_utils.http import (
     HttpRequestError,
     excerpt,
@@ -164,7 +191,7 @@ class CheckFailed(Exception):
     pass
 
 
-def run_checks(params, result):
+def run_checks(params, result, watch=None):
     base = params["url"]
     model = params["model"]
     timeout = params["request_timeout"]
@@ -180,7 +207,14 @@ def run_checks(params, result):
         timeout=params["wait_timeout"],
         interval=HEALTH_POLL_INTERVAL,
         request_timeout=timeout,
+        abort=watch.check if watch is not None else None,
     )
+    if waited.aborted:
+        fail(
+            health_url,
+            f"not up after {waited.elapsed:.0f}s and waiting cannot help: {waited.aborted} "
+            f"(last GET /health: {waited.last_error})",
+        )
     if not waited.ok:
         fail(
             health_url,
@@ -255,16 +289,29 @@ def main():
             "wait_timeout": {"type": "int", "default": 300},
             "request_timeout": {"type": "int", "default": 60},
             "metric_prefix": {"type": "str", "default": "vllm:"},
+            "container": {"type": "str", "default": ""},
+            "docker_host": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     if not HAS_PROMETHEUS_CLIENT:
         module.fail_json(msg=missing_required_lib("prometheus_client"), exception=PROMETHEUS_CLIENT_IMPORT_ERROR)
 
+    if module.params["container"] and not HAS_DOCKER:
+        module.fail_json(msg=missing_required_lib("docker (the Docker SDK for Python)"), exception=DOCKER_IMPORT_ERROR)
+
     start = time.monotonic()
     result = {"changed": False, "url": module.params["url"], "model": module.params["model"]}
+    watch = None
+    if module.params["container"]:
+        try:
+            watch = ContainerWatch(module.params["container"], base_url=module.params["docker_host"] or None)
+        except Exception as exc:  # noqa: BLE001 - any Engine error is the message
+            module.fail_json(
+                msg=f"{COMPONENT}: cannot inspect its container {module.params['container']!r}: {exc}", **result
+            )
     try:
-        run_checks(module.params, result)
+        run_checks(module.params, result, watch)
     except CheckFailed as exc:
         result["elapsed"] = round(time.monotonic() - start, 3)
         module.fail_json(msg=str(exc), **result)

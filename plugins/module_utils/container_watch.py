@@ -1,0 +1,61 @@
+# Copyright: aic.stack developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Watch the container of a service while a health check waits for it: a container that exited or restarted
+cannot come up by waiting, so the wait stops at once with the container's exit code and last log lines instead of
+running into its timeout (a bad image fails the canary in seconds, not minutes).
+
+The Docker Engine is asked through the Docker SDK for Python (``docker``), the library community.docker's modules
+need on the node as well.
+"""
+
+from __future__ import annotations
+
+try:
+    import docker
+
+    HAS_DOCKER = True
+    DOCKER_IMPORT_ERROR = None
+except ImportError as exc:  # pragma: no cover - depends on the node
+    HAS_DOCKER = False
+    DOCKER_IMPORT_ERROR = exc
+
+LOG_LINES = 15
+
+
+def why_down(attrs, restarts_at_start):
+    """Why the container described by ``attrs`` (``docker inspect``) cannot answer by waiting longer, or None while
+    it runs (or is being created) without having restarted since ``restarts_at_start``."""
+    state = attrs.get("State") or {}
+    restarts = int(attrs.get("RestartCount") or 0) - int(restarts_at_start or 0)
+    code = state.get("ExitCode")
+    if state.get("Status") in ("exited", "dead"):
+        return f"its container exited (exit code {code})"
+    if state.get("Restarting") or restarts > 0:
+        # A container running again after its restart reports exit code 0: the code only means something while down.
+        last = "" if state.get("Status") == "running" else f" (last exit code {code})"
+        return f"its container restarted {max(restarts, 1)} time(s) since the check began{last}"
+    return None
+
+
+def tail(text, lines=LOG_LINES):
+    """The last ``lines`` non-empty lines of a log, joined with ' | ' (one line in Ansible's output)."""
+    kept = [line.rstrip() for line in str(text).splitlines() if line.strip()]
+    return " | ".join(kept[-lines:])
+
+
+class ContainerWatch:
+    """``check()`` returns None while container ``name`` may still come up, else the reason (with its logs)."""
+
+    def __init__(self, name, client=None, base_url=None):
+        self.name = name
+        self.client = client or docker.APIClient(base_url=base_url or None, version="auto")
+        self.restarts_at_start = int(self.client.inspect_container(name).get("RestartCount") or 0)
+
+    def check(self):
+        attrs = self.client.inspect_container(self.name)
+        reason = why_down(attrs, self.restarts_at_start)
+        if reason is None:
+            return None
+        logs = self.client.logs(self.name, stdout=True, stderr=True, tail=LOG_LINES * 4)
+        logs = tail(logs.decode(errors="replace") if isinstance(logs, bytes) else logs)
+        return f"{reason}; its last log lines: {logs}" if logs else reason

@@ -1,0 +1,132 @@
+"""aic.stack.vllm_health's container watch: waiting stops as soon as the watched container exited or restarted.
+
+Pure parts (why_down, tail, wait_until's abort) with data; the module itself against the real Docker engine with a
+container of the local base image that prints a line and exits (a bad image's vLLM), and one that keeps running.
+"""
+
+from __future__ import annotations
+
+import time
+
+import docker
+import pytest
+
+from ansible_collections.aic.stack.plugins.module_utils.container_watch import ContainerWatch, tail, why_down
+from ansible_collections.aic.stack.plugins.module_utils.http import wait_until
+from ansible_collections.aic.stack.plugins.modules import vllm_health
+
+
+def test_a_running_container_that_never_restarted_may_still_come_up():
+    assert why_down({"State": {"Status": "running", "ExitCode": 0}, "RestartCount": 2}, 2) is None
+    assert why_down({"State": {"Status": "created"}, "RestartCount": 0}, 0) is None
+
+
+def test_an_exited_container_names_its_exit_code():
+    assert why_down({"State": {"Status": "exited", "ExitCode": 3}, "RestartCount": 0}, 0) == (
+        "its container exited (exit code 3)"
+    )
+
+
+def test_a_restart_since_the_check_began_is_down_even_while_running_again():
+    attrs = {"State": {"Status": "running", "ExitCode": 0}, "RestartCount": 4}
+    assert why_down(attrs, 1) == "its container restarted 3 time(s) since the check began"
+    restarting = {"State": {"Status": "restarting", "Restarting": True, "ExitCode": 1}}
+    assert why_down(restarting, 0) == "its container restarted 1 time(s) since the check began (last exit code 1)"
+
+
+def test_tail_keeps_the_last_non_empty_lines_on_one_line():
+    assert tail("a\n\nb\nc\n", lines=2) == "b | c"
+
+
+def test_wait_until_stops_at_the_first_abort_reason():
+    clock = iter(float(i) for i in range(100))
+    answers = iter([None, None, "gone"])
+    result = wait_until(
+        lambda remaining: (False, None, "refused"),
+        timeout=60,
+        clock=lambda: next(clock),
+        sleep=lambda s: None,
+        abort=lambda: next(answers),
+    )
+    assert not result.ok and result.aborted == "gone" and result.attempts == 3 and result.last_error == "refused"
+
+
+@pytest.fixture(scope="module")
+def client():
+    try:
+        c = docker.from_env()
+        c.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"these tests need a running Docker engine (make deploy starts one): {exc}")
+    return c
+
+
+@pytest.fixture(scope="module")
+def base_image(client):
+    images = sorted(client.images.list(name="aic-base"), key=lambda i: i.attrs["Created"])
+    if not images:
+        pytest.fail("these tests need the local base image aic-base (make deploy builds it)")
+    return images[-1].tags[0]
+
+
+@pytest.fixture
+def container(client, base_image):
+    made = []
+
+    def start(command, **kwargs):
+        c = client.containers.run(base_image, command, detach=True, name=f"aic-unit-watch-{time.time_ns()}", **kwargs)
+        made.append(c)
+        return c
+
+    yield start
+    for c in made:
+        c.remove(force=True)
+
+
+def test_the_module_fails_at_once_when_the_container_exits(container, closed_port, run_module):
+    c = container(["sh", "-c", "echo 'ModuleNotFoundError: vllm.entrypoints'; sleep 2; exit 3"])
+    url = f"http://127.0.0.1:{closed_port}"
+    start = time.monotonic()
+    result = run_module(vllm_health, {"url": url, "model": "m", "wait_timeout": 60, "container": c.name})
+    took = time.monotonic() - start
+    assert result.failed
+    msg = result["msg"]
+    assert msg.startswith(f"vLLM at {url}/health: not up after "), msg
+    assert "waiting cannot help: its container exited (exit code 3)" in msg
+    assert "ModuleNotFoundError: vllm.entrypoints" in msg
+    assert took < 20, f"the check waited {took:.0f} s for a container that had exited"
+
+
+def test_a_container_in_a_restart_loop_fails_the_check(container, closed_port, run_module):
+    c = container(["sh", "-c", "echo crash; exit 1"], restart_policy={"Name": "always"})
+    result = run_module(
+        vllm_health, {"url": f"http://127.0.0.1:{closed_port}", "model": "m", "wait_timeout": 60, "container": c.name}
+    )
+    assert result.failed
+    assert "waiting cannot help: its container" in result["msg"] and "crash" in result["msg"]
+
+
+def test_a_running_container_waits_out_the_timeout(container, closed_port, run_module):
+    c = container(["sleep", "60"])
+    result = run_module(
+        vllm_health, {"url": f"http://127.0.0.1:{closed_port}", "model": "m", "wait_timeout": 3, "container": c.name}
+    )
+    assert result.failed
+    assert "timed out after 3s waiting for GET /health" in result["msg"]
+
+
+def test_an_unknown_container_is_named(closed_port, run_module):
+    result = run_module(
+        vllm_health, {"url": f"http://127.0.0.1:{closed_port}", "model": "m", "container": "aic-unit-no-such"}
+    )
+    assert result.failed
+    assert "cannot inspect its container 'aic-unit-no-such'" in result["msg"]
+
+
+def test_the_watch_sees_a_container_that_is_killed_while_it_waits(client, container):
+    c = container(["sleep", "60"])
+    watch = ContainerWatch(c.name, client=client.api)
+    assert watch.check() is None
+    c.kill()
+    c.wait(timeout=10)
+    assert watch.check().startswith("its container exited (exit code 137)")
