@@ -11,6 +11,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
+import docker
 import pytest
 
 
@@ -225,3 +226,14 @@ def run_module(capsys):
         return result
 
     return _run
+
+
+@pytest.fixture(scope="module")
+def docker_client():
+    """The real Docker engine of this machine (the tests that need one fail, saying how to start it)."""
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"these tests need a running Docker engine (make deploy starts one): {exc}")
+    return client

@@ -10,7 +10,6 @@ import pathlib
 import subprocess
 import tarfile
 
-import docker
 import pytest
 
 from ansible_collections.aic.stack.plugins.module_utils import artifact
@@ -20,13 +19,8 @@ IMAGE = "aic-unit-artifact:test"
 
 
 @pytest.fixture(scope="module")
-def client():
-    try:
-        c = docker.from_env()
-        c.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"these tests need a running Docker engine (make deploy starts one): {exc}")
-    return c
+def client(docker_client):
+    return docker_client
 
 
 @pytest.fixture(scope="module")

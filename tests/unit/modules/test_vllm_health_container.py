@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-import docker
 import pytest
 
 from ansible_collections.aic.stack.plugins.module_utils.container_watch import ContainerWatch, tail, why_down
@@ -52,13 +51,8 @@ def test_wait_until_stops_at_the_first_abort_reason():
 
 
 @pytest.fixture(scope="module")
-def client():
-    try:
-        c = docker.from_env()
-        c.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"these tests need a running Docker engine (make deploy starts one): {exc}")
-    return c
+def client(docker_client):
+    return docker_client
 
 
 @pytest.fixture(scope="module")
