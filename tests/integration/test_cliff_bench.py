@@ -39,6 +39,15 @@ def results():
     return REPO / "logs" / job / "results"
 
 
+def test_every_arm_streams_its_vllm_and_lmcache_logs_into_the_job(results):
+    job = results.parent
+    vllm = (job / "vllm" / "vllm-stream.log").read_text(errors="replace")
+    # One vLLM per arm, each streamed from its start: three server starts in the one file.
+    assert vllm.count("Starting vLLM server") == len(ARMS), vllm[-2000:]
+    lmcache = job / "lmcache" / "lmcache-stream.log"
+    assert lmcache.stat().st_size > 0
+
+
 def test_csv_has_one_row_per_arm_concurrency_and_iteration_with_hit_rates(results):
     with open(results / "cliff-results.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
