@@ -54,6 +54,12 @@ def slurm_job_files(spec, job_id):
 
 
 @_wrap
+def slurm_inner_playbook(ansible_playbook, inventories, playbook, limit, extra_vars=()):
+    """The command a batch job runs to play ``playbook`` locally as host ``limit`` with the controller's inventories."""
+    return slurm.inner_playbook_command(ansible_playbook, inventories, playbook, limit, extra_vars)
+
+
+@_wrap
 def slurm_job_id(stdout, dialect="slurm"):
     """The job id printed by sbatch (``--parsable`` or "Submitted batch job N")."""
     return slurm.parse_job_id(stdout, dialect)
@@ -67,4 +73,5 @@ class FilterModule:
             "slurm_job_script": slurm_job_script,
             "slurm_job_files": slurm_job_files,
             "slurm_job_id": slurm_job_id,
+            "slurm_inner_playbook": slurm_inner_playbook,
         }

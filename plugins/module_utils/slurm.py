@@ -38,6 +38,7 @@ SPEC_FIELDS = (
     "time_limit",
     "partition",
     "constraint",
+    "nodelist",
     "chdir",
     "controller",
     "extra_args",
@@ -66,6 +67,8 @@ MANAGED_FLAGS = (
     "-p",
     "--constraint",
     "-C",
+    "--nodelist",
+    "-w",
     "--output",
     "-o",
     "--error",
@@ -142,7 +145,8 @@ def job_spec(spec):
     """Validate and normalise a job spec (dict); raise :class:`SlurmSpecError` naming the bad field.
 
     Keys: ``name``, ``command`` (the script body), ``dialect`` (slurm|spur), ``nodes`` (>= 1), ``gpus`` (>= 0),
-    ``time_limit``, ``partition``, ``constraint`` (node features; spur passes it even when empty), ``chdir``,
+    ``time_limit``, ``partition``, ``constraint`` (node features; spur passes it even when empty), ``nodelist`` (the
+    nodes the job must run on, a hostlist), ``chdir``,
     ``controller`` (spur only), ``extra_args`` (list of str), ``env`` (dict), ``logs_root`` (absolute), ``requeue``
     (bool; slurm dialect: false adds ``--no-requeue``).
     Empty strings mean "not set" (Slurm's default).
@@ -190,6 +194,12 @@ def job_spec(spec):
     constraint = (constraint or "").strip()
     if any(c.isspace() for c in constraint):
         raise SlurmSpecError(f"constraint must not contain whitespace (got {constraint!r})")
+    nodelist = spec.get("nodelist")
+    if nodelist is not None and not isinstance(nodelist, str):
+        raise SlurmSpecError(f"nodelist must be a Slurm hostlist string such as node[1-2] (got {nodelist!r})")
+    nodelist = (nodelist or "").strip()
+    if any(c.isspace() for c in nodelist):
+        raise SlurmSpecError(f"nodelist must not contain whitespace (got {nodelist!r})")
     requeue = spec.get("requeue", False)
     if not isinstance(requeue, bool):
         raise SlurmSpecError(f"requeue must be a boolean (got {requeue!r})")
@@ -202,6 +212,7 @@ def job_spec(spec):
         "time_limit": time_limit,
         "partition": _str_field(spec, "partition"),
         "constraint": constraint,
+        "nodelist": nodelist,
         "chdir": _str_field(spec, "chdir"),
         "controller": controller,
         "extra_args": list(extra),
@@ -236,6 +247,9 @@ def sbatch_argv(spec, script_path, sbatch="sbatch"):
     # SPUR wants --constraint passed, empty too (FACTS.md section 6); standard Slurm only gets a non-empty one.
     if spur or spec["constraint"]:
         argv.append(f"--constraint={spec['constraint']}")
+    # Both dialects (SPUR too: FACTS.md section 6): the job runs on these nodes only.
+    if spec["nodelist"]:
+        argv.append(f"--nodelist={spec['nodelist']}")
     if spec["chdir"]:
         argv.append(f"--chdir={spec['chdir']}")
     if not spur and not spec["requeue"]:
@@ -284,6 +298,23 @@ def job_script(spec, sbatch="sbatch"):
         'exit "$_aic_rc"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def inner_playbook_command(ansible_playbook, inventories, playbook, limit, extra_vars=()):
+    """The shell command a batch job runs to play ``playbook`` on its own node with a local connection, as inventory
+    host ``limit``: every inventory source of the controller's run (``-i`` each, in order, so overlays keep their
+    precedence), then ``extra_vars`` (each one ``-e`` value, JSON or ``key=value``; the last win)."""
+    if not inventories or isinstance(inventories, str):
+        raise SlurmSpecError(f"inventories must be a non-empty list of inventory sources (got {inventories!r})")
+    if not str(limit or "").strip():
+        raise SlurmSpecError("limit must name the inventory host the job runs as (got an empty one)")
+    argv = [str(ansible_playbook)]
+    for source in inventories:
+        argv += ["-i", str(source)]
+    argv += [str(playbook), "--limit", str(limit)]
+    for value in extra_vars:
+        argv += ["-e", str(value)]
+    return " ".join(shlex.quote(a) for a in argv)
 
 
 def parse_job_id(stdout, dialect="slurm"):

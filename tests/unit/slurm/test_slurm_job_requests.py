@@ -9,6 +9,8 @@ import re
 
 import pytest
 import yaml
+from ansible.parsing.dataloader import DataLoader
+from ansible.template import Templar, trust_as_template
 
 from ansible_collections.aic.stack.plugins.filter import slurm as slurm_filters
 
@@ -31,6 +33,8 @@ def _resolve(value, variables):
 def job_spec(role, inventory_vars, **extra):
     """The slurm_job spec the role's slurm.yml submits, for an inventory's variables (extra vars last)."""
     variables = {**_load("roles/slurm_job/defaults/main.yml"), **_load(f"roles/{role}/defaults/main.yml")}
+    # The node the job must run on depends on the limit host's hostvars (test_the_job_runs_on_the_limit_host_s_node).
+    variables[f"{JOBS[role]}nodelist"] = ""
     variables.update(inventory_vars)
     include = next(t for t in _load(f"roles/{role}/tasks/slurm.yml") if "ansible.builtin.include_role" in t)
     job_vars = {k: _resolve(v, variables) for k, v in include["vars"].items()}
@@ -123,3 +127,19 @@ def test_role_defaults_the_cliff_job_takes_one_gpu_and_the_build_none():
     assert not [a for a in build if a.startswith("--gres")]
     # Empty partition and constraint: the cluster's default partition, no --constraint on Slurm.
     assert not [a for a in cliff + build if a.startswith(("--partition", "--constraint"))]
+
+
+@pytest.mark.parametrize("role", sorted(JOBS))
+def test_the_job_runs_on_the_limit_host_s_node_when_that_host_came_from_a_job(role):
+    prefix = JOBS[role]
+    include = next(t for t in _load(f"roles/{role}/tasks/slurm.yml") if "ansible.builtin.include_role" in t)
+    assert include["vars"]["slurm_job_nodelist"] == f"{{{{ {prefix}nodelist }}}}"
+    default = _load(f"roles/{role}/defaults/main.yml")[f"{prefix}nodelist"]
+    # Rendered by Ansible's own templar against a job's host and a host listed by hand.
+
+    hostvars = {"crsuse2-m2m-007": {"slurm_job_nodelist": "crsuse2-m2m-[007-008]"}, "localhost": {}}
+    for limit, expected in (("crsuse2-m2m-007", "crsuse2-m2m-007"), ("localhost", "")):
+        templar = Templar(DataLoader(), variables={"hostvars": hostvars, f"{prefix}limit": limit})
+        assert templar.template(trust_as_template(default)) == expected, limit
+    spec = job_spec(role, {}, slurm_job_time_limit="", **{"slurm_job_nodelist": "crsuse2-m2m-007"})
+    assert "--nodelist=crsuse2-m2m-007" in argv(spec)

@@ -46,7 +46,7 @@ def test_spur_dialect_golden():
             time_limit="03:00:00",
             partition="amd-spur",
             constraint="",
-            extra_args=["--nodelist=crsuse2-m2m-001"],
+            nodelist="crsuse2-m2m-001",
         ),
         SCRIPT,
     )
@@ -61,9 +61,9 @@ def test_spur_dialect_golden():
         "--time=03:00:00",
         "--partition=amd-spur",
         "--constraint=",
+        "--nodelist=crsuse2-m2m-001",
         "--output=/dev/null",
         "--error=/dev/null",
-        "--nodelist=crsuse2-m2m-001",
         SCRIPT,
     ]
     assert "--no-requeue" not in argv
@@ -192,6 +192,10 @@ def test_job_files():
         ({"extra_args": ["--gres=gpu:1"]}, "is set by the role itself"),
         ({"extra_args": ["--constraint=CPUONLY"]}, "is set by the role itself"),
         ({"extra_args": ["-C", "CPUONLY"]}, "is set by the role itself"),
+        ({"extra_args": ["--nodelist=node1"]}, "is set by the role itself"),
+        ({"extra_args": ["-w", "node1"]}, "is set by the role itself"),
+        ({"nodelist": "node1 node2"}, "nodelist must not contain whitespace"),
+        ({"nodelist": ["node1"]}, "nodelist must be a Slurm hostlist string"),
         ({"constraint": ["CPUONLY"]}, "constraint must be a string"),
         ({"constraint": "GFX942 & NVME"}, "constraint must not contain whitespace"),
         ({"extra_args": "--exclusive"}, "extra_args must be a list of strings"),
@@ -215,7 +219,44 @@ def test_filter_names_the_role_variable():
 
 def test_filters_are_registered():
     names = slurm_filters.FilterModule().filters()
-    assert set(names) == {"slurm_job_spec", "slurm_sbatch_argv", "slurm_job_script", "slurm_job_files", "slurm_job_id"}
+    assert set(names) == {
+        "slurm_job_spec",
+        "slurm_sbatch_argv",
+        "slurm_job_script",
+        "slurm_job_files",
+        "slurm_job_id",
+        "slurm_inner_playbook",
+    }
+
+
+def test_the_slurm_dialect_passes_a_nodelist_too():
+    argv = slurm.sbatch_argv(spec(nodelist="node[1-2]"), SCRIPT)
+    assert "--nodelist=node[1-2]" in argv
+    assert not [a for a in slurm.sbatch_argv(spec(), SCRIPT) if a.startswith("--nodelist")]
+
+
+def test_the_inner_playbook_keeps_every_inventory_in_order_and_quotes_each_word():
+    command = slurm_filters.slurm_inner_playbook(
+        "/venv/bin/ansible-playbook",
+        ["inventories/spur", "inventories/rehearsal", "/var/lib/x/bed.yml"],
+        "/repo/playbooks/bench.yml",
+        "node1",
+        ['{"cliff_bench_job_id": "a b"}', "ansible_connection=local"],
+    )
+    assert command == (
+        "/venv/bin/ansible-playbook -i inventories/spur -i inventories/rehearsal -i /var/lib/x/bed.yml "
+        '/repo/playbooks/bench.yml --limit node1 -e \'{"cliff_bench_job_id": "a b"}\' -e ansible_connection=local'
+    )
+
+
+@pytest.mark.parametrize(
+    ("inventories", "limit", "message"),
+    [([], "node1", "inventories must be a non-empty list"), ("inventories/spur", "node1", "inventories must be"),
+     (["inventories/spur"], "", "limit must name the inventory host")],
+)  # fmt: skip
+def test_the_inner_playbook_refuses_what_cannot_run(inventories, limit, message):
+    with pytest.raises(AnsibleFilterError, match=message):
+        slurm_filters.slurm_inner_playbook("ansible-playbook", inventories, "bench.yml", limit)
 
 
 # -- parsing ----------------------------------------------------------------------------------------------------------
