@@ -7,15 +7,18 @@ POSIX L2 on every node, one Prometheus for the job. Stand-ins (inventories/rehea
 rocm one, the tiny model, fake GPU device nodes, scaled pools.
 
 The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
-changes nothing -> a bad image stopped at the canary -> a good image rolled out under load while a node's sshd dies.
+changes nothing -> a bad image stopped at the canary -> the cliff benchmark as a job on a node -> a good image rolled
+out under load while a node's sshd dies.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import pathlib
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -292,6 +295,45 @@ def test_a_bad_image_stops_at_the_canary_which_rolls_back_and_serves(cluster, fi
     assert inspect("node1", "aic-vllm", "{{.Config.Image}}") == good
     assert complete("node1").status_code == 200
     assert started(["node2", "node3"]) == others
+
+
+def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
+    """`make cliff-spur-l2 INVENTORY=inventories/spur` (+ the overlay and the bed) with a tiny ladder: the controller
+    submits a job that asks for a GPU; the job runs the profile's nvme arm on the node of the host it runs as (node1,
+    the first of the allocation), streams the arm's vLLM and LMCache logs and writes CSV, JSON, PNG and HTML."""
+    job = f"rehearsal-cliff-{time.time_ns()}"
+    inventories = " -i ".join(["inventories/spur", "inventories/rehearsal", str(STATE / "bed.yml")])
+    env = {**os.environ, **cluster.env, "VENV": str(REPO / ".venv")}
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
+    proc = subprocess.run(
+        ["make", "cliff-spur-l2", f"INVENTORY={inventories}", "CLIFF_CONCURRENCY=1,2", "CLIFF_ITERATIONS=1",
+         f"CLIFF_JOB={job}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    match = re.search(r"job (\d+) \(aic-cliff-bench\): exit 0, COMPLETED", proc.stdout)
+    assert match, proc.stdout[-4000:]
+    fields = sh("scontrol", "show", "job", "-o", match.group(1), env={**os.environ, **cluster.env}).stdout
+    # What it asked for: a GPU (standard sbatch on the rehearsal's Slurm), the node of the host it runs as.
+    assert "gres/gpu=1" in fields or "gres:gpu:1" in fields or "gres/gpu:1" in fields, fields
+    assert "NodeList=node1" in fields and "JobState=COMPLETED" in fields, fields
+
+    results = REPO / "logs" / job / "results"
+    with open(results / "cliff-results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert sorted((r["arm"], int(r["concurrency"])) for r in rows) == [("nvme", 1), ("nvme", 2)], rows
+    assert all(int(r["err_count"]) == 0 for r in rows), rows
+    for name in ("cliff-throughput.png", "cliff-latency.png", "cliff-report.html", "cliff-results.json"):
+        assert (results / name).stat().st_size > 0, name
+    # The arm's logs, streamed on node1 into the job's directory (the checkout's logs/, shared with the node).
+    vllm = (REPO / "logs" / job / "vllm" / "vllm-stream.log").read_text(errors="replace")
+    assert "Starting vLLM server" in vllm, vllm[-2000:]
+    assert (REPO / "logs" / job / "lmcache" / "lmcache-stream.log").stat().st_size > 0
+    # It ran on node1's own engine: its vLLM is the profile's (GPU memory utilisation 0.4, not the deployment's 0.9)
+    # and its LMCache has the nvme arm's L2 (NIXL POSIX).
+    cmd = json.loads(inspect("node1", "aic-vllm", "{{json .Config.Cmd}}"))
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.4", cmd
+    assert "nixl_store" in inspect("node1", "aic-lmcache", "{{json .Config.Cmd}}")
 
 
 @pytest.mark.skipif(

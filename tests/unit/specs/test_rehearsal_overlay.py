@@ -35,8 +35,17 @@ BED_NODE = {
     "aic_rehearsal_prometheus_image": "aic-prometheus:0123456789ab",
     "aic_rehearsal_node_exporter_image": "aic-node-exporter:0123456789ab",
 }
-# The only non-plan variables the overlay may set: role inputs that are stand-ins too.
-ROLE_STANDINS = {"vllm_env", "lmcache_ulimits", "health_gpu_check"}
+# The only non-plan variables the overlay may set: role inputs that are stand-ins too (the CPU vLLM's environment,
+# the machine's file limit, no GPU to check, the rehearsal's Slurm for SPUR's scheduler, the tiny model's cliff sizes).
+ROLE_STANDINS = {
+    "vllm_env",
+    "lmcache_ulimits",
+    "health_gpu_check",
+    "slurm_job_dialect",
+    "cliff_bench_slurm_partition",
+    "image_build_slurm_partition",
+    "cliff_bench_site_overrides",
+}
 
 
 def group_vars(inventory):
