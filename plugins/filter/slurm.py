@@ -59,6 +59,11 @@ def slurm_inner_playbook(ansible_playbook, inventories, playbook, limit, extra_v
     return slurm.inner_playbook_command(ansible_playbook, inventories, playbook, limit, extra_vars)
 
 
+def slurm_node_lost(output):
+    """Why Slurm no longer counts on a node (``scontrol show node -o`` output); empty when it is fine."""
+    return slurm.node_lost(output)
+
+
 @_wrap
 def slurm_job_id(stdout, dialect="slurm"):
     """The job id printed by sbatch (``--parsable`` or "Submitted batch job N")."""
@@ -74,4 +79,5 @@ class FilterModule:
             "slurm_job_files": slurm_job_files,
             "slurm_job_id": slurm_job_id,
             "slurm_inner_playbook": slurm_inner_playbook,
+            "slurm_node_lost": slurm_node_lost,
         }

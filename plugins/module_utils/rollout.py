@@ -69,6 +69,8 @@ def node_line(host, outcome, reached):
         return f"{host}: healthy, unchanged ({after})" if before == after else f"{host}: healthy, {before} -> {after}"
     if state == "rolled_back":
         return f"{host}: FAILED on {outcome.get('target')} ({outcome.get('cause')}); rolled back to {after}, healthy"
+    if state == "lost":
+        return f"{host}: LOST from the job before its turn ({outcome.get('cause')}); untouched ({before})"
     if state == "failed":
         return f"{host}: FAILED on {outcome.get('target')} ({outcome.get('cause')}); {outcome.get('restore') or 'not restored'}"
     return f"{host}: {state}"

@@ -390,6 +390,34 @@ def parse_scontrol_job(output):
     return fields
 
 
+# Node states (base or flag) in which the job cannot count on the node: Slurm lost it or takes it away.
+LOST_NODE_STATES = frozenset({"DOWN", "FAIL", "FAILING", "DRAIN", "DRAINING", "DRAINED", "NOT_RESPONDING", "POWERED_DOWN",
+                              "POWERING_DOWN", "UNKNOWN"})  # fmt: skip
+
+
+def node_lost(output):
+    """Why Slurm no longer counts on a node, from ``scontrol show node -o NAME``; empty when the node is fine.
+
+    The state is a base state and flags joined by ``+`` (``MIXED+NOT_RESPONDING``, ``DOWN+DRAIN``); a trailing ``*``
+    (``IDLE*``) also means the node does not respond (its slurmd is gone). Output without a node record (the node is
+    unknown to Slurm) is lost too."""
+    fields = parse_scontrol_job(output)
+    if "NodeName" not in fields:
+        return f"Slurm does not know the node ({(output or '').strip()[:120] or 'no output'})"
+    state = fields.get("State", "")
+    parts = [p for p in state.upper().split("+") if p]
+    not_responding = any(p.endswith("*") for p in parts)
+    parts = [p.rstrip("*") for p in parts]
+    bad = [p for p in parts if p in LOST_NODE_STATES]
+    if not_responding and "NOT_RESPONDING" not in bad:
+        bad.append("NOT_RESPONDING")
+    if not bad:
+        return ""
+    reason = re.search(r"(?:^|\s)Reason=(.*?)(?:\s+[A-Za-z]+=|$)", output or "")
+    why = f", Reason={reason.group(1).strip()}" if reason and reason.group(1).strip() else ""
+    return f"Slurm says State={state}{why}"
+
+
 def exit_code_from_scontrol(fields):
     """(state, exit code) from parsed ``scontrol show job`` fields; exit code None when unknown."""
     state = _long_state(fields.get("JobState", "UNKNOWN"))

@@ -7,8 +7,8 @@ POSIX L2 on every node, one Prometheus for the job. Stand-ins (inventories/rehea
 rocm one, the tiny model, fake GPU device nodes, scaled pools.
 
 The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
-changes nothing -> a bad image stopped at the canary -> the cliff benchmark as a job on a node -> a good image rolled
-out under load while a node's sshd dies.
+changes nothing -> a bad image stopped at the canary -> the cliff benchmark as a job on node3 -> (opt-in) a good image
+rolled out under load while a node's sshd dies -> a node's slurmd dies as a rollout starts.
 """
 
 from __future__ import annotations
@@ -299,15 +299,15 @@ def test_a_bad_image_stops_at_the_canary_which_rolls_back_and_serves(cluster, fi
 
 def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
     """`make cliff-spur-l2 INVENTORY=inventories/spur` (+ the overlay and the bed) with a tiny ladder: the controller
-    submits a job that asks for a GPU; the job runs the profile's nvme arm on the node of the host it runs as (node1,
-    the first of the allocation), streams the arm's vLLM and LMCache logs and writes CSV, JSON, PNG and HTML."""
+    submits a job that asks for a GPU; the job runs the profile's nvme arm on the node of the host it runs as (node3,
+    CLIFF_NODE), streams the arm's vLLM and LMCache logs and writes CSV, JSON, PNG and HTML."""
     job = f"rehearsal-cliff-{time.time_ns()}"
     inventories = " -i ".join(["inventories/spur", "inventories/rehearsal", str(STATE / "bed.yml")])
     env = {**os.environ, **cluster.env, "VENV": str(REPO / ".venv")}
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     proc = subprocess.run(
         ["make", "cliff-spur-l2", f"INVENTORY={inventories}", "CLIFF_CONCURRENCY=1,2", "CLIFF_ITERATIONS=1",
-         f"CLIFF_JOB={job}"],
+         f"CLIFF_JOB={job}", "CLIFF_NODE=node3"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=False,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
@@ -316,7 +316,7 @@ def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
     fields = sh("scontrol", "show", "job", "-o", match.group(1), env={**os.environ, **cluster.env}).stdout
     # What it asked for: a GPU (standard sbatch on the rehearsal's Slurm), the node of the host it runs as.
     assert "gres/gpu=1" in fields or "gres:gpu:1" in fields or "gres/gpu:1" in fields, fields
-    assert "NodeList=node1" in fields and "JobState=COMPLETED" in fields, fields
+    assert "NodeList=node3" in fields and "JobState=COMPLETED" in fields, fields
 
     results = REPO / "logs" / job / "results"
     with open(results / "cliff-results.csv", newline="") as fh:
@@ -325,15 +325,17 @@ def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
     assert all(int(r["err_count"]) == 0 for r in rows), rows
     for name in ("cliff-throughput.png", "cliff-latency.png", "cliff-report.html", "cliff-results.json"):
         assert (results / name).stat().st_size > 0, name
-    # The arm's logs, streamed on node1 into the job's directory (the checkout's logs/, shared with the node).
+    # The arm's logs, streamed on node3 into the job's directory (the checkout's logs/, shared with the node).
     vllm = (REPO / "logs" / job / "vllm" / "vllm-stream.log").read_text(errors="replace")
     assert "Starting vLLM server" in vllm, vllm[-2000:]
     assert (REPO / "logs" / job / "lmcache" / "lmcache-stream.log").stat().st_size > 0
-    # It ran on node1's own engine: its vLLM is the profile's (GPU memory utilisation 0.4, not the deployment's 0.9)
-    # and its LMCache has the nvme arm's L2 (NIXL POSIX).
-    cmd = json.loads(inspect("node1", "aic-vllm", "{{json .Config.Cmd}}"))
+    # It ran on node3's own engine: its vLLM is the profile's (GPU memory utilisation 0.4, not the deployment's 0.9)
+    # and its LMCache has the nvme arm's L2 (NIXL POSIX); node1 still runs the deployment.
+    cmd = json.loads(inspect("node3", "aic-vllm", "{{json .Config.Cmd}}"))
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.4", cmd
-    assert "nixl_store" in inspect("node1", "aic-lmcache", "{{json .Config.Cmd}}")
+    assert "nixl_store" in inspect("node3", "aic-lmcache", "{{json .Config.Cmd}}")
+    cmd = json.loads(inspect("node1", "aic-vllm", "{{json .Config.Cmd}}"))
+    assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.9", cmd
 
 
 @pytest.mark.skipif(
@@ -413,3 +415,27 @@ def test_a_good_image_rolls_out_canary_first_under_load_while_a_node_is_lost(clu
         assert not [r for r in during if r[0] == node and r[3] != "ok" and r[2] < stopped_at], (
             f"{node}: requests failed before its vLLM was replaced"
         )
+
+
+def test_a_node_whose_slurmd_goes_away_mid_rollout_is_named_and_the_others_finish(cluster, first_rollout):
+    """Last (the job ends when Slurm takes node3 down): node3's slurmd is killed as the rollout starts; node1 (the
+    canary) and node2 finish, node3 is left untouched and the summary names it lost, with Slurm's state."""
+    _, tmp = first_rollout
+    if on_node("node3", "true", check=False).returncode != 0:
+        pytest.skip("node3's sshd is gone (the rollout under load killed it)")
+    before = started(["node3"])
+    pidfile = STATE / "slurm" / "run" / "slurmd-node3.pid"
+    runs = []
+    rollout = threading.Thread(target=lambda: runs.append(cluster.deploy(tmp, aic_rollout_batch_size="100%")))
+    rollout.start()
+    time.sleep(3)  # the inventory has read the job; the canary is being checked
+    sh("kill", "-9", pidfile.read_text().strip())
+    rollout.join(timeout=1200)
+    (runner,) = runs
+    assert runner.status == "failed"
+    lines = summary(runner)
+    assert lines["node1"].startswith("node1: healthy") and lines["node2"].startswith("node2: healthy"), lines
+    assert lines["node3"].startswith("node3: LOST from the job before its turn (Slurm says State="), lines
+    assert "NOT_RESPONDING" in lines["node3"] or "DOWN" in lines["node3"], lines
+    assert any(f"node3 is no longer part of job {cluster.job}" in m for m in failures(runner)), failures(runner)
+    assert started(["node3"]) == before  # untouched

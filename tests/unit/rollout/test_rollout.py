@@ -75,3 +75,10 @@ def test_summary_filter_reads_the_outcome_fact():
     hostvars = {"a": {"aic_rollout_outcome": {"state": "healthy", "before": "x:1", "after": "x:2"}}, "b": {}}
     out = rollout_filter.rollout_summary(["a", "b"], hostvars, ["a", "b"])
     assert out["lines"] == ["a: healthy, x:1 -> x:2", "b: not reached (untouched)"]
+
+
+def test_a_node_slurm_lost_before_its_turn_is_named_and_untouched():
+    outcomes = {"node3": {"state": "lost", "before": "img:a", "target": "img:b", "cause": "Slurm says State=DOWN"}}
+    out = rollout.summary(["node3"], outcomes, reached=set())
+    assert out["lines"] == ["node3: LOST from the job before its turn (Slurm says State=DOWN); untouched (img:a)"]
+    assert out["counts"] == {"lost": 1}

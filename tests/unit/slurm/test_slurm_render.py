@@ -226,6 +226,7 @@ def test_filters_are_registered():
         "slurm_job_files",
         "slurm_job_id",
         "slurm_inner_playbook",
+        "slurm_node_lost",
     }
 
 
