@@ -25,8 +25,9 @@ LOCAL_INVENTORY = REPO / "inventories" / "local"
 
 # The integration modules that use the local stack, in the order they run, after every other module (those keep
 # their alphabetical order). The first four only need the default stack up and healthy and share it
-# (``default_stack``); test_vllm_instances ends with a teardown. The last three change the stack whatever it was;
-# test_cliff_bench_slurm ends by deploying the default stack again (molecule's health scenario needs it).
+# (``default_stack``); test_vllm_instances ends with a teardown. The last three change the stack whatever it was
+# (test_cliff_bench leaves its last arm: test_cliff_bench_slurm needs no particular stack); test_cliff_bench_slurm ends
+# by deploying the default stack again (molecule's health scenario needs it).
 STACK_MODULES = (
     "test_local_stack",
     "test_l2_tier",

@@ -83,11 +83,3 @@ def test_bad_profile_input_fails_before_any_container_is_touched(session_tmp):
     )
     assert runner.status == "failed"
     assert any("cliff_bench: concurrency" in f for f in failures(runner)), failures(runner)
-
-
-def test_restore_the_inventory_stack(local_stack):
-    # The benchmark leaves the last arm deployed; the next tests expect the inventory's stack.
-    # The session's default deploy (conftest.py): the next module that needs the default stack, or the end of the
-    # session, deploys nothing more.
-    runner = local_stack.deploy()
-    assert runner.status == "successful", failures(runner)
