@@ -141,6 +141,17 @@ def _str_field(spec, field):
     return value.strip()
 
 
+def _word_field(spec, field, what):
+    """An optional one-word string field (stripped; empty when unset); names the field when it is not one."""
+    value = spec.get(field)
+    if value is not None and not isinstance(value, str):
+        raise SlurmSpecError(f"{field} must be {what} (got {value!r})")
+    value = (value or "").strip()
+    if any(c.isspace() for c in value):
+        raise SlurmSpecError(f"{field} must not contain whitespace (got {value!r})")
+    return value
+
+
 def job_spec(spec):
     """Validate and normalise a job spec (dict); raise :class:`SlurmSpecError` naming the bad field.
 
@@ -188,18 +199,8 @@ def job_spec(spec):
     time_limit = _str_field(spec, "time_limit")
     if time_limit and not re.match(r"^[0-9][0-9:-]*$|^(?i:unlimited|infinite)$", time_limit):
         raise SlurmSpecError(f"time_limit must be a Slurm time such as 30, 01:00:00 or 1-00:00:00 (got {time_limit!r})")
-    constraint = spec.get("constraint")
-    if constraint is not None and not isinstance(constraint, str):
-        raise SlurmSpecError(f"constraint must be a string such as GFX942&NVME (got {constraint!r})")
-    constraint = (constraint or "").strip()
-    if any(c.isspace() for c in constraint):
-        raise SlurmSpecError(f"constraint must not contain whitespace (got {constraint!r})")
-    nodelist = spec.get("nodelist")
-    if nodelist is not None and not isinstance(nodelist, str):
-        raise SlurmSpecError(f"nodelist must be a Slurm hostlist string such as node[1-2] (got {nodelist!r})")
-    nodelist = (nodelist or "").strip()
-    if any(c.isspace() for c in nodelist):
-        raise SlurmSpecError(f"nodelist must not contain whitespace (got {nodelist!r})")
+    constraint = _word_field(spec, "constraint", "a string such as GFX942&NVME")
+    nodelist = _word_field(spec, "nodelist", "a Slurm hostlist string such as node[1-2]")
     requeue = spec.get("requeue", False)
     if not isinstance(requeue, bool):
         raise SlurmSpecError(f"requeue must be a boolean (got {requeue!r})")
