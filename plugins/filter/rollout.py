@@ -30,6 +30,12 @@ def rollout_summary(hosts_all, hostvars, reached, fact="aic_rollout_outcome"):
     return rollout.summary(list(hosts_all), outcomes, set(reached))
 
 
+def rollout_lost(hosts, hostvars, fact="aic_rollout_outcome"):
+    """The nodes whose rollout Slurm cut short, each with Slurm's reason."""
+    outcomes = {h: (hostvars[h].get(fact) if h in hostvars else None) for h in hosts}
+    return rollout.lost_nodes(list(hosts), outcomes)
+
+
 def release_deployed_record(release_record, when, last_healthy=None):
     """The deployed.json content for a release that passed health (deployed_at kept when the image is the same)."""
     return release.deployed_record(release_record, when, last_healthy or None)
@@ -41,5 +47,6 @@ class FilterModule:
             "rollout_serial": rollout_serial,
             "rollout_max_fail": rollout_max_fail,
             "rollout_summary": rollout_summary,
+            "rollout_lost": rollout_lost,
             "release_deployed_record": release_deployed_record,
         }

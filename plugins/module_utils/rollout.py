@@ -91,3 +91,13 @@ def summary(hosts_all, outcomes, reached):
             key = outcome.get("state", "started")
         counts[key] = counts.get(key, 0) + 1
     return {"lines": lines, "counts": counts}
+
+
+def lost_nodes(hosts, outcomes):
+    """``"<host> is no longer part of the job (<cause>)"`` for every host whose recorded outcome is ``lost``."""
+    out = []
+    for host in hosts:
+        outcome = outcomes.get(host) or {}
+        if outcome.get("state") == "lost":
+            out.append(f"{host} is no longer part of the job ({outcome.get('cause') or 'Slurm lost it'})")
+    return out

@@ -82,3 +82,14 @@ def test_a_node_slurm_lost_before_its_turn_is_named_and_untouched():
     out = rollout.summary(["node3"], outcomes, reached=set())
     assert out["lines"] == ["node3: LOST from the job before its turn (Slurm says State=DOWN); untouched (img:a)"]
     assert out["counts"] == {"lost": 1}
+
+
+def test_the_lost_nodes_are_named_with_slurm_s_reason():
+    hostvars = {
+        "node1": {"aic_rollout_outcome": {"state": "healthy"}},
+        "node3": {"aic_rollout_outcome": {"state": "lost", "cause": "Slurm says State=DOWN"}},
+        "node4": {},
+    }
+    assert rollout_filter.rollout_lost(["node1", "node3", "node4", "node9"], hostvars) == [
+        "node3 is no longer part of the job (Slurm says State=DOWN)"
+    ]
