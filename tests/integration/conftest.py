@@ -24,18 +24,18 @@ REPO = HERE.parents[1]
 LOCAL_INVENTORY = REPO / "inventories" / "local"
 
 # The integration modules that use the local stack, in the order they run, after every other module (those keep
-# their alphabetical order). The first four only need the default stack up and healthy and share it
-# (``default_stack``); test_vllm_instances ends with a teardown. The last three change the stack whatever it was
-# (test_cliff_bench leaves its last arm: test_cliff_bench_slurm needs no particular stack); test_cliff_bench_slurm ends
-# by deploying the default stack again (molecule's health scenario needs it).
+# their alphabetical order). The first three only need the default stack up and healthy and share it
+# (``default_stack``); test_l2_zero_causes starts from it and changes it. The last two change the stack whatever it
+# was (test_vllm_instances ends with a teardown; test_cliff_bench leaves its last arm). scripts/run-tests.sh sets
+# AIC_TEST_LEAVE_DEFAULT_STACK=1, so the session then ends by deploying the default stack again (molecule's health
+# scenario needs it).
 STACK_MODULES = (
     "test_local_stack",
     "test_l2_tier",
     "test_rollback",
-    "test_vllm_instances",
     "test_l2_zero_causes",
+    "test_vllm_instances",
     "test_cliff_bench",
-    "test_cliff_bench_slurm",
 )
 # The default stack of inventories/local: its containers' label and the endpoints that answer when it is healthy.
 STACK_LABEL = "ai.aic.stack=aic"

@@ -1,91 +1,22 @@
-"""make cliff-kvd CLIFF_WHERE=slurm on the real single-node Slurm: the controller resolves the profile and submits
-one batch job that runs playbooks/bench.yml with a local connection on the node; the play's result is the job's, its
-output lands in logs/<job id>/ and, CLIFF_JOB being empty, the results in logs/<job id>/results/. The job asks for
-its GPU (the single-node Slurm advertises 2 fake gpu gres), partition and constraint in both dialects. Bad input fails
-before anything is submitted. The spur dialect's command line is checked in check mode (nothing submitted), with the
-local inventory and with inventories/spur's own group_vars."""
+"""The cliff benchmark's batch job as the controller writes it (cliff_bench_where=slurm): the job it would submit asks
+for its GPUs, partition and constraint in both dialects and runs playbooks/bench.yml with the operator's input and a
+local connection on the node; bad input fails before anything is submitted (against the real single-node Slurm).
+Check mode everywhere, so nothing is submitted and no container is touched. The benchmark really run as a job, on a
+node of a cluster, with its logs and results, is in test_rehearsal (make cliff-spur-l2 on the rehearsal cluster)."""
 
 from __future__ import annotations
 
-import csv
 import json
-import os
-import re
 import shlex
-import subprocess
-import sys
 
 import pytest
 
 from .conftest import REPO, changed_tasks, failures, run_playbook
-from .test_slurm_job import SUBMIT_TASK, VENV_BIN, facts, job_ids_named, slurm, unique
+from .test_slurm_job import SUBMIT_TASK, VENV_BIN, facts, job_ids_named, unique
 
 pytestmark = pytest.mark.integration
 
 JOB_NAME = "aic-cliff-bench"
-
-
-@pytest.fixture(scope="module")
-def bench_job(slurm_conf):
-    """Run the one-arm, one-level benchmark as a Slurm job through make; (job id, make's stdout)."""
-    env = {**os.environ, "VENV": str(REPO / ".venv"), "SLURM_CONF": slurm_conf}
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    proc = subprocess.run(
-        [
-            "make",
-            "cliff-kvd",
-            "CLIFF_WHERE=slurm",
-            "CLIFF_CONCURRENCY=1",
-            "CLIFF_ITERATIONS=1",
-            "CLIFF_ARMS=dram",
-        ],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
-    match = re.search(rf"job (\d+) \({JOB_NAME}\): exit 0, COMPLETED", proc.stdout)
-    assert match, proc.stdout[-4000:]
-    return match.group(1), proc.stdout
-
-
-def test_the_benchmark_runs_in_the_job_not_on_the_controller(bench_job, slurm_conf):
-    job_id, stdout = bench_job
-    assert job_id in job_ids_named(slurm_conf, JOB_NAME)
-    fields = slurm(slurm_conf, "scontrol", "show", "job", "-o", job_id).stdout
-    assert "JobState=COMPLETED" in fields
-    assert "TimeLimit=02:00:00" in fields  # the cliff_kvd profile's slurm_time
-    # The job asked for its GPU (cliff_bench_slurm_gpus, 1 by default) and ran in the cluster's default partition.
-    assert "TresPerNode=gres:gpu:1" in fields
-    assert "Partition=debug" in fields
-    assert "--gres=gpu:1" in stdout  # the "Submitting: sbatch ..." line
-    assert "--constraint" not in stdout  # empty: none on Slurm
-    job_dir = REPO / "logs" / job_id
-    assert (job_dir / f"{JOB_NAME}.exit").read_text() == "0\n"
-    out = (job_dir / f"{JOB_NAME}.out").read_text()
-    # The job ran the benchmark play itself (cliff_bench_where=host there) and measured the dram arm ...
-    assert "TASK [cliff_bench : Run the ladder of the arm (warm-up, drain wait, bursts)]" in out
-    assert re.search(r"localhost\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", out), out[-3000:]
-    # ... while the controller only submitted and followed it.
-    assert "Run the ladder of the arm" not in stdout
-    assert "Deploy LMCache for the arm" not in stdout
-
-
-def test_results_land_next_to_the_job_output_when_cliff_job_is_empty(bench_job):
-    job_id, _ = bench_job
-    results = REPO / "logs" / job_id / "results"
-    with open(results / "cliff-results.csv", newline="") as fh:
-        rows = list(csv.DictReader(fh))
-    assert [(r["arm"], int(r["concurrency"]), int(r["iter"])) for r in rows] == [("dram", 1, 0)]
-    assert int(rows[0]["ok_count"]) == 1 and int(rows[0]["err_count"]) == 0
-    assert int(float(rows[0]["lmcache_requested_tokens"])) > 0  # the dram arm went through LMCache
-    doc = json.loads((results / "cliff-results.json").read_text())
-    assert doc["profile"]["concurrency"] == [1]
-    assert doc["profile"]["arms"] == ["dram"]
-    assert sorted(doc["cliffs"]) == ["dram"]
 
 
 @pytest.mark.parametrize(
@@ -252,11 +183,3 @@ def test_inventories_spur_group_vars_shape_the_spur_job(tmp_path):
         "--limit",
         "crsuse2-m2m-001",
     ]
-
-
-def test_restore_the_inventory_stack(local_stack):
-    # The dram arm left LMCache without its L2 tier; the next tests expect the inventory's stack.
-    # The session's default deploy (conftest.py): the next module that needs the default stack, or the end of the
-    # session, deploys nothing more.
-    runner = local_stack.deploy()
-    assert runner.status == "successful", failures(runner)

@@ -5,7 +5,10 @@
 - vLLM and LMCache in different IPC namespaces (the plan rejects that, so the test starts vLLM out of band, as a
   hand-written compose file would): vLLM's KV reaches LMCache, but no lookup ever matches.
 
-Each case starts from a freshly created LMCache (a new L2 directory recreates it), so the counters are its own.
+The module starts with one deploy over the default stack that moves LMCache to its own L2 directory: an LMCache
+setting only (vLLM's container has no L2 mount), so it also shows what an LMCache change does to a running stack:
+LMCache is recreated and vLLM restarted after it. Each case starts from LMCache counters at 0 (that deploy, then a
+restart of LMCache).
 """
 
 from __future__ import annotations
@@ -17,17 +20,48 @@ import docker
 import pytest
 import requests
 
-from .conftest import failures, run_playbook
+from .conftest import changed_tasks, failures, run_playbook
 from .test_l2_tier import lmcache_health_l2, lmcache_metric, prompt, send
-from .test_local_stack import VLLM, wait_healthy
+from .test_local_stack import LMCACHE, MODEL, VLLM, wait_healthy
 
 pytestmark = pytest.mark.integration
 
 
-def fresh_stack(session_tmp, l2_root):
-    """Deploy with its own L2 directory: LMCache (and after it vLLM) is recreated, its counters start at 0."""
+def state(name):
+    return docker.from_env().containers.get(name).attrs
+
+
+@pytest.fixture(scope="module")
+def own_l2(default_stack, session_tmp, tmp_path_factory):
+    """The default stack, then a deploy that gives LMCache its own (new) L2 directory; (runner, l2 root, the
+    containers' attributes before)."""
+    before = {name: state(name) for name in ("aic-lmcache", "aic-vllm")}
+    l2_root = tmp_path_factory.mktemp("l2-zero") / "nvme"
     runner = run_playbook("deploy.yml", session_tmp, extravars={"aic_lmcache_nvme_dir": str(l2_root)})
     assert runner.status == "successful", failures(runner)
+    return runner, l2_root, before
+
+
+def test_an_lmcache_setting_recreates_lmcache_then_restarts_vllm_with_its_spec_unchanged(own_l2):
+    runner, _, before = own_l2
+    changed = {task for _, task in changed_tasks(runner)}
+    assert "Run the LMCache server" in changed, changed
+    assert "Run vLLM with the LMCache multi-process connector" in changed, changed
+    lmcache, vllm = state("aic-lmcache"), state("aic-vllm")
+    assert lmcache["State"]["StartedAt"] != before["aic-lmcache"]["State"]["StartedAt"]
+    assert vllm["State"]["StartedAt"] != before["aic-vllm"]["State"]["StartedAt"]
+    # vLLM came up after the LMCache it attaches to (a vLLM left under a recreated LMCache hangs); what it runs is
+    # the same: it was restarted for LMCache's sake, not reconfigured.
+    assert vllm["State"]["StartedAt"] > lmcache["State"]["StartedAt"]
+    for key in ("Image", "Cmd", "Env"):
+        assert vllm["Config"][key] == before["aic-vllm"]["Config"][key], key
+    response = requests.post(
+        f"{VLLM}/v1/completions",
+        json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0},
+        timeout=120,
+    )
+    assert response.status_code == 200, response.text
+    # Its counters are the new LMCache's own.
     assert lmcache_metric("lmcache_mp_l2_store_submitted_objects_chunks_total") == 0
 
 
@@ -49,9 +83,8 @@ def failed_message(runner):
     return failures(runner)[0]
 
 
-def test_unwritable_l2_dir_fails_the_check_naming_the_directory(session_tmp, tmp_path):
-    l2_root = tmp_path / "nvme"
-    fresh_stack(session_tmp, l2_root)
+def test_unwritable_l2_dir_fails_the_check_naming_the_directory(own_l2, tmp_path):
+    _, l2_root, _ = own_l2
     slots = l2_root / "lmcache"
     assert list(slots.glob("*.bin")), "LMCache created no slot files"
     subprocess.run(["chattr", "-R", "+i", str(slots)], check=True)
@@ -86,8 +119,11 @@ def start_vllm_without_shared_ipc():
     wait_healthy(f"{VLLM}/health")
 
 
-def test_unshared_ipc_fails_the_check_naming_the_ipc_namespace(session_tmp, tmp_path):
-    fresh_stack(session_tmp, tmp_path / "nvme")
+def test_unshared_ipc_fails_the_check_naming_the_ipc_namespace(own_l2, tmp_path):
+    # LMCache's counters back to 0: restart it (the vLLM attached to it is replaced next).
+    docker.from_env().containers.get("aic-lmcache").restart(timeout=30)
+    wait_healthy(f"{LMCACHE}/healthcheck")
+    assert lmcache_metric("lmcache_mp_l2_store_submitted_objects_chunks_total") == 0
     start_vllm_without_shared_ipc()
     base = time.time_ns()
     # vLLM's KV reaches LMCache but is never usable: L1 fills up and never drains into L2.
