@@ -27,33 +27,32 @@ step "the local stack, deployed as make deploy deploys it"
 # The integration modules start from it; the rehearsal cluster takes its stand-ins from it (the cpu stack image's
 # artifact, the locally built monitoring images), so it must exist before the two lanes below start.
 ansible-playbook -i inventories/local deploy.yml
-step "integration tests: the test beds' modules beside the local stack's"
-# Two lanes, side by side (one per core; each is mostly one busy process): the modules on the test beds, which have
-# their own Docker engines, sshd's, Slurm and ports (scripts/testbed.sh, scripts/rehearsal.sh, a second dockerd), and
-# every other module, on the host's engine and the local stack. The bed lane's output comes in one piece when both
-# lanes ended. The local lane ends with the default local stack deployed and healthy (tests/integration/conftest.py:
-# the last stack module deploys it; AIC_TEST_LEAVE_DEFAULT_STACK=1 deploys it at the end only when that did not
-# happen): molecule's health scenario runs against it.
-beds=(
-  tests/integration/test_rehearsal_bed.py
-  tests/integration/test_rehearsal.py
-  tests/integration/test_distribute.py
-  tests/integration/test_monitoring_authz.py
-)
+step "integration tests: the rehearsal cluster beside the light modules, then the local stack's"
+# The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
+# run in the background beside the light modules (and the molecule scenarios that need no stack), which mostly wait
+# on links, builds and jobs. The local stack's modules run afterwards, alone: their vLLMs and the rehearsal's would
+# starve each other on two cores. The rehearsal's output comes in one piece when it ended. The local stack's part
+# ends with the default local stack deployed and healthy (tests/integration/conftest.py: AIC_TEST_LEAVE_DEFAULT_STACK=1
+# deploys it at the end when the last module did not leave it): molecule's health scenario runs against it.
 lanes=$(mktemp -d)
 trap 'rm -rf "$lanes"' EXIT
-pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 "${beds[@]}" >"$lanes/beds.log" 2>&1 &
+pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
+  >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
-local_rc=0
-AIC_TEST_LEAVE_DEFAULT_STACK=1 pytest -q tests/integration "${beds[@]/#/--ignore=}" --durations=30 || local_rc=$?
+light_rc=0
+pytest -q tests/integration --part=light --durations=15 || light_rc=$?
+step "molecule: the scenarios that need no stack (beside the rehearsal)"
+[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image nvme_slab nvme_slab_nosudo || light_rc=$?; }
 beds_rc=0
 wait "$beds_pid" || beds_rc=$?
-step "integration tests on the test beds (ran beside the local lane; rc $beds_rc)"
+step "integration tests on the rehearsal cluster (ran beside the above; rc $beds_rc)"
 cat "$lanes/beds.log"
-if [[ $local_rc -ne 0 || $beds_rc -ne 0 ]]; then
-  echo "integration tests failed: local lane rc $local_rc, test-bed lane rc $beds_rc" >&2
+if [[ $light_rc -ne 0 || $beds_rc -ne 0 ]]; then
+  echo "integration tests failed: light modules and molecule rc $light_rc, rehearsal cluster rc $beds_rc" >&2
   exit 1
 fi
-step "molecule"
-molecule/run.sh
+step "integration tests on the real local stack"
+AIC_TEST_LEAVE_DEFAULT_STACK=1 pytest -q tests/integration --part=stack --durations=30
+step "molecule: the scenarios that need the local stack or run alone"
+molecule/run.sh health image_distribute
 step "done"

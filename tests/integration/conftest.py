@@ -47,8 +47,30 @@ STACK_HEALTH_URLS = (
 PROMETHEUS_DIR = REPO / ".work" / "prometheus"
 
 
+# The rehearsal cluster's modules: their own engines, sshd's, Slurm and ports, so scripts/run-tests.sh runs them beside
+# the light modules (--part=beds next to --part=light), never beside the local stack's, whose vLLMs would starve
+# theirs on two cores.
+BED_MODULES = ("test_rehearsal_bed", "test_rehearsal")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--part",
+        choices=("all", "beds", "light", "stack"),
+        default="all",
+        help="run one part of the integration suite: the rehearsal cluster's modules (beds), the local stack's "
+        "(stack, STACK_MODULES) or every other one (light); default all",
+    )
+
+
+def part_of(item):
+    name = pathlib.Path(str(item.fspath)).stem
+    return "beds" if name in BED_MODULES else "stack" if name in STACK_MODULES else "light"
+
+
 def pytest_collection_modifyitems(config, items):
-    """Run the local-stack modules after every other integration module, in STACK_MODULES order; nothing else moves."""
+    """Run the local-stack modules after every other integration module, in STACK_MODULES order; nothing else moves.
+    With --part, keep only that part's tests."""
     rank = {name: i + 1 for i, name in enumerate(STACK_MODULES)}
 
     def here(item):
@@ -61,6 +83,13 @@ def pytest_collection_modifyitems(config, items):
     rest = [item for item in items if not key(item)]
     last = max((n for n, item in enumerate(rest) if here(item)), default=len(rest) - 1)
     items[:] = rest[: last + 1] + stack + rest[last + 1 :]
+    part = config.getoption("--part", default="all")
+    if part != "all":
+        here_items = [item for item in items if here(item)]
+        dropped = [item for item in here_items if part_of(item) != part]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item not in dropped]
 
 
 def run_playbook(playbook, tmp_path, inventory=LOCAL_INVENTORY, extravars=None, cmdline=None):

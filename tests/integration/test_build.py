@@ -18,9 +18,10 @@ CURRENT = ARTIFACTS / "aic-stack-cpu.current.json"
 
 
 def snapshot():
-    """Content hash of every small file and (size, mtime, inode) of every tarball in the artifact dir."""
+    """Content hash of every small file and (size, mtime, inode) of every tarball of the stack image's artifacts (what
+    a build writes; a rollout's distribution saves the monitoring images' next to them, which is not the build's)."""
     state = {}
-    for name in sorted(os.listdir(ARTIFACTS)):
+    for name in sorted(n for n in os.listdir(ARTIFACTS) if n.startswith("aic-stack-cpu")):
         path = ARTIFACTS / name
         if name.endswith(".tar.zst"):
             st = path.stat()
