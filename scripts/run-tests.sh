@@ -25,7 +25,7 @@ step "unit tests"
 pytest -q tests/unit --durations=10
 step "the local stack, deployed as make deploy deploys it"
 # The integration modules start from it; the rehearsal cluster takes its stand-ins from it (the cpu stack image's
-# artifact, the locally built monitoring images), so it must exist before the two lanes below start.
+# artifact, the locally built monitoring images), so it must exist before the parts below start.
 ansible-playbook -i inventories/local deploy.yml
 step "integration tests: the rehearsal cluster beside the light modules, then the local stack's"
 # The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
