@@ -31,9 +31,15 @@ def rollout_summary(hosts_all, hostvars, reached, fact="aic_rollout_outcome"):
 
 
 def rollout_lost(hosts, hostvars, fact="aic_rollout_outcome"):
-    """The nodes whose rollout Slurm cut short, each with Slurm's reason."""
+    """The nodes the rollout skipped, untouched: lost by Slurm (with Slurm's reason) or not reachable."""
     outcomes = {h: (hostvars[h].get(fact) if h in hostvars else None) for h in hosts}
     return rollout.lost_nodes(list(hosts), outcomes)
+
+
+def rollout_rolled(hosts, hostvars, fact="aic_rollout_outcome"):
+    """The nodes whose turn ran to its end and that serve (healthy, or rolled back to their last healthy release)."""
+    outcomes = {h: (hostvars[h].get(fact) if h in hostvars else None) for h in hosts}
+    return rollout.serving_nodes(list(hosts), outcomes)
 
 
 def release_deployed_record(release_record, when, last_healthy=None):
@@ -48,5 +54,6 @@ class FilterModule:
             "rollout_max_fail": rollout_max_fail,
             "rollout_summary": rollout_summary,
             "rollout_lost": rollout_lost,
+            "rollout_rolled": rollout_rolled,
             "release_deployed_record": release_deployed_record,
         }

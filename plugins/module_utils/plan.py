@@ -78,6 +78,9 @@ DEFAULTS = {
     "aic_rollout_canary": 1,
     "aic_rollout_batch_size": "25%",
     "aic_rollout_max_fail_percentage": 0,
+    # Seconds a node's turn waits for its connection (sshd) before the node is named unreachable and skipped; the
+    # rollout goes on with the others.
+    "aic_rollout_reach_timeout": 30,
     # Connect vLLM to LMCache (LMCacheMPConnector). False: GPU prefix cache only (the cliff benchmark's vram arm).
     "aic_vllm_lmcache": True,
     "aic_gpus": [],
@@ -153,6 +156,7 @@ INT_FIELDS = {
     "aic_vllm_drain_timeout": (0, 3600),
     "aic_rollout_canary": (0, 100_000),
     "aic_rollout_max_fail_percentage": (0, 100),
+    "aic_rollout_reach_timeout": (1, 3600),
     "aic_model_num_layers": (1, 100_000),
     "aic_model_num_kv_heads": (1, 100_000),
     "aic_model_head_dim": (1, 100_000),
@@ -638,6 +642,7 @@ def build_plan(inputs):
             "canary": v["aic_rollout_canary"],
             "batch_size": v["aic_rollout_batch_size"],
             "max_fail_percentage": v["aic_rollout_max_fail_percentage"],
+            "reach_timeout": v["aic_rollout_reach_timeout"],
         },
         "stack_name": stack,
         "bind_address": bind,

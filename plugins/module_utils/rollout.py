@@ -7,7 +7,11 @@ from __future__ import annotations
 import re
 
 PERCENT_RE = re.compile(r"^\s*([0-9]{1,3}(?:\.[0-9]+)?)\s*%\s*$")
-STATES = ("started", "healthy", "rolled_back", "failed")
+STATES = ("started", "healthy", "rolled_back", "failed", "lost", "unreachable")
+# The states of a node whose turn ran to its end and that serves: healthy, or rolled back to its last healthy release.
+SERVING_STATES = ("healthy", "rolled_back")
+# The states of a node that was skipped, untouched: Slurm lost it, or it could not be reached when its turn came.
+SKIPPED_STATES = ("lost", "unreachable")
 
 
 class RolloutError(ValueError):
@@ -71,6 +75,8 @@ def node_line(host, outcome, reached):
         return f"{host}: FAILED on {outcome.get('target')} ({outcome.get('cause')}); rolled back to {after}, healthy"
     if state == "lost":
         return f"{host}: LOST from the job before its turn ({outcome.get('cause')}); untouched ({before})"
+    if state == "unreachable":
+        return f"{host}: UNREACHABLE when its turn came ({outcome.get('cause')}); untouched ({before})"
     if state == "failed":
         return f"{host}: FAILED on {outcome.get('target')} ({outcome.get('cause')}); {outcome.get('restore') or 'not restored'}"
     return f"{host}: {state}"
@@ -94,10 +100,23 @@ def summary(hosts_all, outcomes, reached):
 
 
 def lost_nodes(hosts, outcomes):
-    """``"<host> is no longer part of the job (<cause>)"`` for every host whose recorded outcome is ``lost``."""
+    """One line per host that the rollout did not finish, asked after the last batch: Slurm lost it (with Slurm's
+    reason) or it could not be reached when its turn came (both untouched), or it went away during its turn."""
     out = []
     for host in hosts:
         outcome = outcomes.get(host) or {}
         if outcome.get("state") == "lost":
             out.append(f"{host} is no longer part of the job ({outcome.get('cause') or 'Slurm lost it'})")
+        elif outcome.get("state") == "unreachable":
+            out.append(f"{host} could not be reached when its turn came ({outcome.get('cause') or 'no connection'})")
+        elif outcome.get("state") == "started":
+            # Its turn started and never ended: the connection went away during it (asked after the last batch).
+            out.append(
+                f"{host} went away during its turn (its containers may be half replaced: check it, deploy again)"
+            )
     return out
+
+
+def serving_nodes(hosts, outcomes):
+    """The hosts whose turn ran to its end and that serve (healthy or rolled back), in ``hosts`` order."""
+    return [h for h in hosts if (outcomes.get(h) or {}).get("state") in SERVING_STATES]

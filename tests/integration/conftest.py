@@ -206,6 +206,12 @@ def stack_fingerprint():
     return out
 
 
+def stack_started_at():
+    """StartedAt of every container of the default stack, by name."""
+    containers = docker.from_env().containers.list(all=True, filters={"label": STACK_LABEL})
+    return {c.name: c.attrs["State"]["StartedAt"] for c in containers}
+
+
 def stack_answers():
     try:
         return all(requests.get(url, timeout=10).status_code == 200 for url in STACK_HEALTH_URLS)
@@ -225,12 +231,18 @@ class DefaultStack:
         self._tmp = tmp_path_factory
         self._fingerprint = None
         self.runner = None  # the successful default deploy that made the running stack
+        # Of that deploy: the start times of the stack's containers before and after it, when the stack was up and
+        # answering before it (a deploy over a running stack; in CI the session's first one, as scripts/run-tests.sh
+        # deployed the default stack just before), else None.
+        self.started_around = None
 
     def deploy(self):
         """Run the default deploy (each in its own private data dir: its events stay readable)."""
+        before = stack_started_at() if stack_answers() else None
         runner = run_playbook("deploy.yml", self._tmp.mktemp("default-stack"))
         assert runner.status == "successful", failures(runner)
         self.runner, self._fingerprint = runner, stack_fingerprint()
+        self.started_around = (before, stack_started_at()) if before else None
         return runner
 
     def is_up(self):

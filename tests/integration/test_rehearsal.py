@@ -8,7 +8,8 @@ rocm one, the tiny model, fake GPU device nodes, scaled pools.
 
 The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
 changes nothing -> a bad image stopped at the canary -> (opt-in) a good image rolled out under load, canary first,
-in-flight requests drained -> the cliff benchmark as a job on node3 -> a rollout during which node3's slurmd dies.
+in-flight requests drained -> the cliff benchmark as a job on node3 -> a rollout during which node2's sshd and
+node3's slurmd die.
 """
 
 from __future__ import annotations
@@ -471,29 +472,75 @@ def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.9", cmd
 
 
-def test_a_node_whose_slurmd_goes_away_mid_rollout_is_named_and_the_others_finish(cluster, first_rollout):
-    """Last (the job ends when Slurm takes node3 down): node3's slurmd is killed as the rollout starts; node1 (the
-    canary) and node2 finish, node3 is left untouched and the summary names it lost, with Slurm's state."""
+def node_pids(node, comm):
+    return [p for p in sh("ip", "netns", "pids", f"aicreh-{node[-1]}").stdout.split()
+            if pathlib.Path(f"/proc/{p}/comm").read_text().strip() == comm]  # fmt: skip
+
+
+def revive_sshd(node):
+    """Start node's sshd again, in the node's own namespaces (those of its dockerd), as the bed's node init does."""
+    (dockerd,) = node_pids(node, "dockerd")
+    log = open(BED / "nodes" / node / "sshd.log", "ab")  # noqa: SIM115 - handed to the detached sshd
+    subprocess.Popen(
+        ["nsenter", "-t", dockerd, "-n", "-m", "-u", "--", "/usr/sbin/sshd", "-D", "-e", "-f", str(BED / "sshd_config")],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while on_node(node, "true", check=False, timeout=10).returncode != 0:
+        assert time.monotonic() < deadline, f"{node}: sshd did not come back"
+        time.sleep(1)
+
+
+def test_nodes_whose_slurmd_or_sshd_go_away_mid_rollout_are_named_and_the_others_finish(cluster, first_rollout):
+    """Last (the job ends when Slurm takes node3 down). One node per batch: node3's slurmd is killed as the rollout
+    starts, node2's sshd as the canary's turn starts. node1 (the canary) finishes; node2's turn finds no connection,
+    so node2 is named unreachable and left alone, and the rollout goes on to node3, which Slurm lost: named with
+    Slurm's state, untouched. After the last batch (which had no node left) the summary and the job's Prometheus
+    check still run, and the run fails naming both. (node2's sshd is started again afterwards.)"""
     _, tmp = first_rollout
-    before = started(["node3"])
+    before = started(["node2", "node3"])
     pidfile = STATE / "slurm" / "run" / "slurmd-node3.pid"
     # The release node1 runs (the stand-in, or the good image when the rollout under load ran): nothing to change.
     image = inspect("node1", "aic-vllm", "{{.Config.Image}}")
+    killed = threading.Event()
+
+    def lose_node2(event):
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == TURN_STARTS and data.get("host") == "node1":
+            sh("kill", "-9", *node_pids("node2", "sshd"))
+            killed.set()
+        return True
+
     runs = []
     rollout = threading.Thread(
-        target=lambda: runs.append(cluster.deploy(tmp, aic_stack_image=image, aic_rollout_batch_size="100%"))
-    )
+        target=lambda: runs.append(
+            cluster.deploy(tmp, aic_stack_image=image, aic_rollout_batch_size=1, aic_rollout_reach_timeout=5,
+                           event_handler=lose_node2)
+        )
+    )  # fmt: skip
     rollout.start()
     time.sleep(3)  # the inventory has read the job; the canary is being checked
     sh("kill", "-9", pidfile.read_text().strip())
     rollout.join(timeout=1200)
-    (runner,) = runs
-    assert runner.status == "failed"
-    lines = summary(runner)
-    assert lines["node1"].startswith("node1: healthy") and lines["node2"].startswith("node2: healthy"), lines
-    assert lines["node3"].startswith("node3: LOST from the job before its turn (Slurm says State="), lines
-    assert "NOT_RESPONDING" in lines["node3"] or "DOWN" in lines["node3"], lines
-    assert any(
-        "Slurm lost them: node3 is no longer part of the job (Slurm says State=" in m for m in failures(runner)
-    ), failures(runner)
-    assert started(["node3"]) == before  # untouched
+    try:
+        (runner,) = runs
+        assert killed.is_set(), "the canary's turn never started"
+        assert runner.status == "failed"
+        lines = summary(runner)
+        assert lines["node1"].startswith("node1: healthy"), lines
+        assert lines["node2"].startswith("node2: UNREACHABLE when its turn came ("), lines
+        assert lines["node3"].startswith("node3: LOST from the job before its turn (Slurm says State="), lines
+        assert "NOT_RESPONDING" in lines["node3"] or "DOWN" in lines["node3"], lines
+        # Ansible itself never gave up on node2 (the rollout did, by name), and the job's Prometheus was checked.
+        assert not runner.stats.get("dark", {}).get("node2"), runner.stats
+        assert any("expected targets of 1 nodes (node1) are up" in m for m in debug_messages(runner)), debug_messages(
+            runner
+        )
+        (failure,) = [m for m in failures(runner) if "The rollout did not finish on 2 node(s)" in m]
+        assert "node2 could not be reached when its turn came" in failure, failure
+        assert "node3 is no longer part of the job (Slurm says State=" in failure, failure
+    finally:
+        revive_sshd("node2")
+    # Neither was touched: both still serve what they ran before.
+    assert started(["node2", "node3"]) == before
+    assert complete("node2").status_code == 200

@@ -51,6 +51,7 @@ NON_DEFAULTS = {
     "aic_rollout_canary": 2,
     "aic_rollout_batch_size": "10%",
     "aic_rollout_max_fail_percentage": 20,
+    "aic_rollout_reach_timeout": 45,
     "aic_distribute_monitoring_images": True,
     "aic_artifact_dir": "/shared/artifacts",
     "aic_vllm_lmcache": False,
@@ -747,11 +748,16 @@ def test_vllm_without_lmcache_has_no_kv_transfer_config():
 
 def test_rollout_inputs_reach_the_plan():
     plan, _ = build_plan(
-        {"aic_rollout_canary": "2", "aic_rollout_batch_size": "3", "aic_rollout_max_fail_percentage": "50"}
+        {
+            "aic_rollout_canary": "2",
+            "aic_rollout_batch_size": "3",
+            "aic_rollout_max_fail_percentage": "50",
+            "aic_rollout_reach_timeout": "5",
+        }
     )
-    assert plan["rollout"] == {"canary": 2, "batch_size": 3, "max_fail_percentage": 50}
+    assert plan["rollout"] == {"canary": 2, "batch_size": 3, "max_fail_percentage": 50, "reach_timeout": 5}
     plan, _ = build_plan({})
-    assert plan["rollout"] == {"canary": 1, "batch_size": "25%", "max_fail_percentage": 0}
+    assert plan["rollout"] == {"canary": 1, "batch_size": "25%", "max_fail_percentage": 0, "reach_timeout": 30}
     assert plan["rocm_devices"] == ["/dev/kfd", "/dev/dri"]
 
 
@@ -762,6 +768,7 @@ def test_rollout_inputs_reach_the_plan():
         ({"aic_rollout_batch_size": "many"}, "aic_rollout_batch_size"),
         ({"aic_rollout_max_fail_percentage": 101}, "aic_rollout_max_fail_percentage"),
         ({"aic_rollout_canary": -1}, "aic_rollout_canary"),
+        ({"aic_rollout_reach_timeout": 0}, "aic_rollout_reach_timeout"),
         ({"aic_rocm_devices": ["dev/kfd"]}, "aic_rocm_devices"),
         ({"aic_rocm_devices": "/dev/kfd:dev/kfd"}, "aic_rocm_devices"),
         ({"aic_vllm_drain_timeout": 4000}, "aic_vllm_drain_timeout"),

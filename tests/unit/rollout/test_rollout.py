@@ -93,3 +93,30 @@ def test_the_lost_nodes_are_named_with_slurm_s_reason():
     assert rollout_filter.rollout_lost(["node1", "node3", "node4", "node9"], hostvars) == [
         "node3 is no longer part of the job (Slurm says State=DOWN)"
     ]
+
+
+def test_a_node_not_reachable_when_its_turn_came_is_named_and_untouched():
+    outcomes = {"node2": {"state": "unreachable", "before": "img:a", "target": "img:b", "cause": "timed out after 30s"}}
+    out = rollout.summary(["node2"], outcomes, reached=set())
+    assert out["lines"] == ["node2: UNREACHABLE when its turn came (timed out after 30s); untouched (img:a)"]
+    assert out["counts"] == {"unreachable": 1}
+
+
+def test_after_the_last_batch_every_node_that_did_not_finish_is_named():
+    hostvars = {
+        "node1": {"aic_rollout_outcome": {"state": "healthy"}},
+        "node2": {"aic_rollout_outcome": {"state": "unreachable", "cause": "timed out"}},
+        "node3": {"aic_rollout_outcome": {"state": "lost", "cause": "Slurm says State=DOWN"}},
+        "node4": {"aic_rollout_outcome": {"state": "started"}},
+        "node5": {"aic_rollout_outcome": {"state": "rolled_back"}},
+        "node6": {},
+    }
+    hosts = [f"node{i}" for i in range(1, 8)]
+    assert rollout_filter.rollout_lost(hosts, hostvars) == [
+        "node2 could not be reached when its turn came (timed out)",
+        "node3 is no longer part of the job (Slurm says State=DOWN)",
+        "node4 went away during its turn (its containers may be half replaced: check it, deploy again)",
+    ]
+    # The nodes that serve after their turn: the healthy and the rolled back ones, in inventory order.
+    assert rollout_filter.rollout_rolled(hosts, hostvars) == ["node1", "node5"]
+    assert rollout_filter.rollout_rolled(["node9"], hostvars) == []
