@@ -10,6 +10,18 @@ export PATH="$PWD/$BIN:$PATH"
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 
 step() { printf '\n=== %s (%s) ===\n' "$1" "$(date -u +%H:%M:%S)"; }
+# join PID LOG WHAT RC_BESIDE: wait for a part that ran in the background, print its output in one piece, and stop
+# when it or the part beside it (its exit status RC_BESIDE) failed.
+join() {
+  local pid=$1 log=$2 what=$3 rc_beside=$4 rc=0
+  wait "$pid" || rc=$?
+  step "$what (ran in the background; rc $rc)"
+  cat "$log"
+  if [[ $rc -ne 0 || $rc_beside -ne 0 ]]; then
+    echo "$what: rc $rc; the part beside it: rc $rc_beside" >&2
+    exit 1
+  fi
+}
 
 step "start the Docker engine (playbooks/host.yml, role docker_host)"
 ansible-playbook -i inventories/local playbooks/host.yml
@@ -35,14 +47,7 @@ lint_rc=0
     ansible-doc "aic.stack.$(basename "$f" .py)" >/dev/null
   done
 ) || lint_rc=$?
-deploy_rc=0
-wait "$deploy_pid" || deploy_rc=$?
-step "the local stack's deploy (ran beside lint; rc $deploy_rc)"
-cat "$lanes/deploy.log"
-if [[ $lint_rc -ne 0 || $deploy_rc -ne 0 ]]; then
-  echo "lint rc $lint_rc, deploy of the local stack rc $deploy_rc" >&2
-  exit 1
-fi
+join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" "$lint_rc"
 step "unit tests"
 pytest -q tests/unit --durations=10
 step "integration tests: the rehearsal cluster beside the light modules, then the local stack's"
@@ -59,14 +64,8 @@ light_rc=0
 pytest -q tests/integration --part=light --durations=15 || light_rc=$?
 step "molecule: the scenarios that need no stack (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image nvme_slab nvme_slab_nosudo || light_rc=$?; }
-beds_rc=0
-wait "$beds_pid" || beds_rc=$?
-step "integration tests on the rehearsal cluster (ran beside the above; rc $beds_rc)"
-cat "$lanes/beds.log"
-if [[ $light_rc -ne 0 || $beds_rc -ne 0 ]]; then
-  echo "integration tests failed: light modules and molecule rc $light_rc, rehearsal cluster rc $beds_rc" >&2
-  exit 1
-fi
+join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the light modules and molecule)" \
+  "$light_rc"
 step "integration tests on the real local stack"
 AIC_TEST_LEAVE_DEFAULT_STACK=1 pytest -q tests/integration --part=stack --durations=30
 step "molecule: the scenarios that need the local stack or run alone"
