@@ -30,10 +30,10 @@ def rollout_summary(hosts_all, hostvars, reached, fact="aic_rollout_outcome"):
     return rollout.summary(list(hosts_all), outcomes, set(reached))
 
 
-def rollout_lost(hosts, hostvars, fact="aic_rollout_outcome"):
-    """The nodes the rollout skipped, untouched: lost by Slurm (with Slurm's reason) or not reachable."""
+def rollout_unfinished(hosts, hostvars, fact="aic_rollout_outcome"):
+    """The nodes the rollout did not finish: lost by Slurm or not reachable (untouched), or gone during their turn."""
     outcomes = {h: (hostvars[h].get(fact) if h in hostvars else None) for h in hosts}
-    return rollout.lost_nodes(list(hosts), outcomes)
+    return rollout.unfinished_nodes(list(hosts), outcomes)
 
 
 def rollout_rolled(hosts, hostvars, fact="aic_rollout_outcome"):
@@ -53,7 +53,7 @@ class FilterModule:
             "rollout_serial": rollout_serial,
             "rollout_max_fail": rollout_max_fail,
             "rollout_summary": rollout_summary,
-            "rollout_lost": rollout_lost,
+            "rollout_unfinished": rollout_unfinished,
             "rollout_rolled": rollout_rolled,
             "release_deployed_record": release_deployed_record,
         }

@@ -99,7 +99,7 @@ def summary(hosts_all, outcomes, reached):
     return {"lines": lines, "counts": counts}
 
 
-def lost_nodes(hosts, outcomes):
+def unfinished_nodes(hosts, outcomes):
     """One line per host that the rollout did not finish, asked after the last batch: Slurm lost it (with Slurm's
     reason) or it could not be reached when its turn came (both untouched), or it went away during its turn."""
     out = []

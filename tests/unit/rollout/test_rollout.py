@@ -84,13 +84,13 @@ def test_a_node_slurm_lost_before_its_turn_is_named_and_untouched():
     assert out["counts"] == {"lost": 1}
 
 
-def test_the_lost_nodes_are_named_with_slurm_s_reason():
+def test_the_unfinished_nodes_are_named_with_slurm_s_reason():
     hostvars = {
         "node1": {"aic_rollout_outcome": {"state": "healthy"}},
         "node3": {"aic_rollout_outcome": {"state": "lost", "cause": "Slurm says State=DOWN"}},
         "node4": {},
     }
-    assert rollout_filter.rollout_lost(["node1", "node3", "node4", "node9"], hostvars) == [
+    assert rollout_filter.rollout_unfinished(["node1", "node3", "node4", "node9"], hostvars) == [
         "node3 is no longer part of the job (Slurm says State=DOWN)"
     ]
 
@@ -112,7 +112,7 @@ def test_after_the_last_batch_every_node_that_did_not_finish_is_named():
         "node6": {},
     }
     hosts = [f"node{i}" for i in range(1, 8)]
-    assert rollout_filter.rollout_lost(hosts, hostvars) == [
+    assert rollout_filter.rollout_unfinished(hosts, hostvars) == [
         "node2 could not be reached when its turn came (timed out)",
         "node3 is no longer part of the job (Slurm says State=DOWN)",
         "node4 went away during its turn (its containers may be half replaced: check it, deploy again)",
