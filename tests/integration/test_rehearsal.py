@@ -7,7 +7,7 @@ POSIX L2 on every node, one Prometheus for the job. Stand-ins (inventories/rehea
 rocm one, the tiny model, fake GPU device nodes, scaled pools.
 
 The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
-changes nothing -> a bad image stopped at the canary -> (opt-in) a good image rolled out under load, canary first,
+changes nothing -> a bad image stopped at the canary -> a good image rolled out under load, canary first,
 in-flight requests drained -> the cliff benchmark as a job on node3 -> a rollout during which node2's sshd and
 node3's slurmd die.
 """
@@ -371,11 +371,6 @@ def vllm_events(node, since, until, event):
     return [int(t) / 1e9 for t in out]
 
 
-@pytest.mark.skipif(
-    os.environ.get("AIC_REHEARSAL_LOAD_TEST") != "1",
-    reason="opt-in (AIC_REHEARSAL_LOAD_TEST=1) until CI has the time for it: it passed in a clean-clone CI run, but "
-    "its three vLLM replacements add 8-10 min on this 2-core machine",
-)
 def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     """A new image, requests sent to every node all the time: the canary first, then the others; requests fail only
     on the node being replaced, from the moment its vLLM is told to stop, and the ones in flight then complete."""
