@@ -8,6 +8,7 @@ a failure at any point leaves the previous artifact (and the ``<name>.current.js
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import hashlib
 import json
@@ -115,6 +116,9 @@ def save(chunks, files, manifest, level=3, threads=0, zstd="zstd"):
                 pass
             except Exception as exc:
                 proc.kill()
+                # zstd is gone: closing its stdin may fail on the buffered bytes; the save's own error is the cause.
+                with contextlib.suppress(BrokenPipeError):
+                    proc.stdin.close()
                 raise ArtifactError(f"docker save failed: {exc}") from exc
             err = proc.stderr.read().decode(errors="replace")
             rc = proc.wait()

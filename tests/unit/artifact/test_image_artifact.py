@@ -9,6 +9,7 @@ import os
 import pathlib
 import subprocess
 import tarfile
+import time
 
 import pytest
 
@@ -103,6 +104,21 @@ def test_a_failing_save_leaves_the_previous_artifact_untouched(run_module, tiny_
     # No partial file, no new artifact, and the pointer still names the old image.
     assert files_state(tmp_path) == before
     assert json.loads((tmp_path / "aic-unit-artifact.current.json").read_text())["image"] == IMAGE
+
+
+def test_a_failing_save_names_the_save_even_when_the_compressor_is_already_gone(tmp_path):
+    """The stream fails while bytes wait in the compressor's pipe buffer and the compressor has exited (`true` reads
+    nothing): closing its stdin then breaks the pipe, and the error must still be the save's own."""
+    files = artifact.paths(str(tmp_path), "x:y")
+
+    def broken_stream():
+        yield b"x" * 1024  # buffered, not yet written to the pipe
+        time.sleep(0.3)  # `true` has exited by now
+        raise OSError("connection reset by the engine")
+
+    with pytest.raises(artifact.ArtifactError, match="docker save failed: connection reset by the engine"):
+        artifact.save(broken_stream(), files, {}, zstd="true")
+    assert os.listdir(tmp_path) == []
 
 
 def test_a_failing_compressor_leaves_nothing_behind(tmp_path):
