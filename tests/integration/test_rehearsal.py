@@ -361,6 +361,13 @@ class Load:
             t.join(timeout=150)
 
 
+def brief(results, t0):
+    """Load results, short enough for the tail of a CI log: kind, start-end in seconds after t0, outcome."""
+    return "; ".join(f"{r[1]} +{r[2] - t0:.2f}..+{r[3] - t0:.2f}s {r[4]}" for r in results[:6]) + (
+        f" (+{len(results) - 6} more)" if len(results) > 6 else ""
+    )
+
+
 def vllm_events(node, since, until, event):
     """Times of ``event`` (kill, start) of node's aic-vllm between ``since`` and ``until`` (Docker's own record)."""
     out = on_node(
@@ -397,19 +404,24 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     # The canary first: node1's new vLLM started before the others' were stopped.
     assert back["node1"][-1] < min(stopped["node2"][0], stopped["node3"][0]), (stopped, back)
     results = load.results
+    record = {"t0": t0, "t1": t1, "stopped": stopped, "back": back, "healthy_at": load.healthy_at, "results": results}
+    (tmp / "load.json").write_text(json.dumps(record, indent=1))
     assert {r[0] for r in results if r[1] == "steady" and r[4] == "ok" and t0 <= r[2] <= t1} == set(NODES)
     assert sorted(load.healthy_at) == NODES, load.healthy_at
     for node in NODES:
         # Before its vLLM was told to stop, and once its new one passed health (the turn's end), nothing failed.
         failed = [r for r in results if r[0] == node and r[4] != "ok"]
         window = (stopped[node][0], load.healthy_at[node])
-        assert all(window[0] <= r[2] <= window[1] for r in failed), f"{node}: failed outside {window}: {failed}"
+        outside = [r for r in failed if not window[0] <= r[2] <= window[1]]
+        where = f"{node}: kill +{window[0] - t0:.1f}s, healthy +{window[1] - t0:.1f}s"
+        assert not outside, f"{where}; failed outside: " + brief(outside, t0)
         # The drain: every request in flight when vLLM got SIGTERM completed (and there were some).
         in_flight = [r for r in results if r[0] == node and r[2] < stopped[node][0] < r[3]]
         assert in_flight, f"{node}: no request was in flight when its vLLM was stopped"
-        assert all(r[4] == "ok" for r in in_flight), f"{node}: in-flight requests failed: {in_flight}"
+        assert all(r[4] == "ok" for r in in_flight), f"{node}: in-flight requests failed: " + brief(in_flight, t0)
     # After the rollout every node serves again.
-    assert all(r[4] == "ok" for r in results if r[2] > t1), [r for r in results if r[2] > t1 and r[4] != "ok"]
+    late = [r for r in results if r[2] > t1 and r[4] != "ok"]
+    assert not late, "after the rollout: " + brief(late, t0)
 
 
 def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
