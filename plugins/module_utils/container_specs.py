@@ -26,6 +26,12 @@ ROCM_DEVICES = ["/dev/kfd", "/dev/dri"]
 # Seconds the engine waits beyond vLLM's own drain (--shutdown-timeout) before it kills the container.
 STOP_GRACE = 10
 HF_MOUNT = "/hf"
+# Where the vLLM guard (roles/vllm/files/aic_vllm_guard.py) is mounted in the vLLM containers, how often it looks at
+# LMCache's start time (a GET of its /metrics), and how long a vLLM it ends gets after SIGTERM: its requests are hung
+# on the old server, nothing is left to drain. A restarted LMCache costs its own start, at most these two, and vLLM's.
+GUARD_MOUNT = "/opt/aic-guard/aic_vllm_guard.py"
+GUARD_INTERVAL = 2
+GUARD_GRACE = 2
 
 
 def gpu_visibility(gpus):
@@ -35,6 +41,35 @@ def gpu_visibility(gpus):
         return {}
     relative = ",".join(str(i) for i in range(len(gpus)))
     return {"ROCR_VISIBLE_DEVICES": ",".join(gpus), "HIP_VISIBLE_DEVICES": relative, "CUDA_VISIBLE_DEVICES": relative}
+
+
+# The vLLM container's healthcheck: one 1-token completion, bounded by a timeout. vLLM's own /health answers 200 while
+# its engine hangs (an LMCache server that restarted under it), so only a completion tells the truth. Standard library
+# only and no site packages (-S): it starts in milliseconds next to a loaded engine. Arguments: URL, model, timeout.
+HEALTHCHECK_PROBE = (
+    "import json,sys,urllib.request as r;"
+    "q=r.Request(sys.argv[1],json.dumps({'model':sys.argv[2],'prompt':'ping','max_tokens':1,'temperature':0})"
+    ".encode(),{'Content-Type':'application/json'});"
+    "sys.exit(0 if json.load(r.urlopen(q,timeout=float(sys.argv[3]))).get('choices') else 1)"
+)
+
+
+def vllm_healthcheck(plan, port):
+    """docker_container's healthcheck for the vLLM instance on ``port``; test NONE (explicitly none, so a container
+    that had one is recreated without it) when aic_vllm_healthcheck_interval is 0."""
+    check = plan["vllm"]["healthcheck"]
+    if not check["interval"]:
+        return {"test": ["NONE"]}
+    timeout = int(check["timeout"])
+    url = f"http://127.0.0.1:{port}/v1/completions"
+    probe = ["python3", "-S", "-c", HEALTHCHECK_PROBE, url, plan["vllm"]["model_name"], str(max(timeout - 1, 1))]
+    return {
+        "test": ["CMD", *probe],
+        "interval": f"{int(check['interval'])}s",
+        "timeout": f"{timeout}s",
+        "retries": int(check["retries"]),
+        "start_period": f"{int(check['start_period'])}s",
+    }
 
 
 def kv_transfer_config(plan):
@@ -48,9 +83,12 @@ def kv_transfer_config(plan):
 
 
 def _namespace(mode, lmcache_container):
+    """Docker's value for a namespace mode of the plan. Never None: an omitted option is never compared, so a
+    container once created with LMCache's PID namespace would keep it after the setting was taken away; "" is
+    Docker's own default (a private namespace) and is compared like any other value."""
     if mode == "lmcache":
         return f"container:{lmcache_container}"
-    return mode or None
+    return mode or ""
 
 
 GPU_ALLOCATION_ERROR = (
@@ -106,6 +144,14 @@ def vllm_spec(plan, index=0):
     command += list(vllm["extra_args"])
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     mounts = []
+    if vllm.get("lmcache", True):
+        # The guard runs vLLM and ends the container when the LMCache server restarted under it (the restart policy
+        # then attaches a fresh vLLM): a restarted LMCache otherwise hangs vLLM behind a green /health.
+        lmcache_url = f"http://{plan['containers']['lmcache']}:{plan['ports']['lmcache_http']}"
+        guard = ["python3", GUARD_MOUNT, "--lmcache-url", lmcache_url]
+        guard += ["--interval", str(GUARD_INTERVAL), "--grace", str(GUARD_GRACE), "--"]
+        command = guard + command
+        mounts.append({"type": "bind", "source": plan["paths"]["vllm_guard"], "target": GUARD_MOUNT, "read_only": True})
     devices = []
     if rocm:
         env.update(ROCM_ENV)
@@ -127,6 +173,7 @@ def vllm_spec(plan, index=0):
         "pid_mode": _namespace(vllm["pid_mode"], plan["containers"]["lmcache"]),
         # docker stop waits this long after SIGTERM before SIGKILL: the drain plus a grace period.
         "stop_timeout": drain + STOP_GRACE,
+        "healthcheck": vllm_healthcheck(plan, instance["port"]),
     }
 
 

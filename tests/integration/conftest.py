@@ -33,6 +33,8 @@ STACK_MODULES = (
     "test_local_stack",
     "test_l2_tier",
     "test_rollback",
+    "test_drift",
+    "test_faults",
     "test_l2_zero_causes",
     "test_vllm_instances",
     "test_cliff_bench",

@@ -275,3 +275,16 @@ def test_vllm_container_specs_gives_one_spec_per_instance_in_order():
     assert [s["name"] for s in specs] == ["aic-vllm", "aic-vllm-1", "aic-vllm-2"]
     assert [s["command"][s["command"].index("--port") + 1] for s in specs] == ["8000", "8001", "8002"]
     assert specs[1] == vllm_container_spec(plan, 1)
+
+
+@pytest.mark.parametrize(
+    ("pid_mode", "expected"),
+    [("", ""), ("host", "host"), ("lmcache", "container:aic-lmcache")],
+)
+def test_vllm_namespace_modes_are_always_explicit(pid_mode, expected):
+    """An omitted docker_container option is never compared: the default private PID namespace is "" (Docker's own
+    value), so a vLLM left in LMCache's namespace by an earlier deploy is recreated when the setting is taken away."""
+    plan, _ = build_plan({"aic_vllm_pid_mode": pid_mode})
+    spec = vllm_container_spec(plan)
+    assert spec["pid_mode"] == expected
+    assert spec["ipc_mode"] == "container:aic-lmcache"
