@@ -37,6 +37,24 @@ def why_down(attrs, restarts_at_start):
     return None
 
 
+def describe_health(attrs):
+    """The container's own healthcheck verdict from ``docker inspect`` (State.Health), in one line: its status, the
+    failed probes in a row and the last probe's output; None when the container has no healthcheck."""
+    health = (attrs.get("State") or {}).get("Health")
+    if not health:
+        return None
+    text = f"its container healthcheck says {health.get('Status')}"
+    streak = int(health.get("FailingStreak") or 0)
+    if streak:
+        text += f" ({streak} failed probe(s) in a row)"
+    probes = health.get("Log") or []
+    if probes:
+        last = probes[-1]
+        output = tail(last.get("Output") or "", 3)
+        text += f"; last probe: exit code {last.get('ExitCode')}" + (f", {output}" if output else "")
+    return text
+
+
 def tail(text, lines=LOG_LINES):
     """The last ``lines`` non-empty lines of a log, joined with ' | ' (one line in Ansible's output)."""
     kept = [line.rstrip() for line in str(text).splitlines() if line.strip()]
@@ -59,3 +77,7 @@ class ContainerWatch:
         logs = self.client.logs(self.name, stdout=True, stderr=True, tail=LOG_LINES * 4)
         logs = tail(logs.decode(errors="replace") if isinstance(logs, bytes) else logs)
         return f"{reason}; its last log lines: {logs}" if logs else reason
+
+    def health(self):
+        """The container healthcheck's verdict (describe_health), or None without one."""
+        return describe_health(self.client.inspect_container(self.name))

@@ -70,6 +70,13 @@ DEFAULTS = {
     # Seconds a replaced or stopped vLLM lets its in-flight requests finish (vLLM --shutdown-timeout; new requests
     # are refused meanwhile); the engine gets this plus 10 s before SIGKILL.
     "aic_vllm_drain_timeout": 30,
+    # The vLLM containers' healthcheck (a 1-token completion): every interval seconds (0: none), failed when it takes
+    # longer than timeout, unhealthy after retries failures in a row; failures in the first start_period seconds
+    # (loading the model) do not count.
+    "aic_vllm_healthcheck_interval": 15,
+    "aic_vllm_healthcheck_timeout": 10,
+    "aic_vllm_healthcheck_retries": 2,
+    "aic_vllm_healthcheck_start_period": 1200,
     # Host device paths given to the rocm containers ("path" or "host:container"): the GPU compute (kfd) and render
     # (dri) nodes. Sites (or a rehearsal with stand-in device nodes) may point them elsewhere.
     "aic_rocm_devices": ["/dev/kfd", "/dev/dri"],
@@ -154,6 +161,10 @@ INT_FIELDS = {
     "aic_nixl_telemetry_port": (1, 65535),
     "aic_vllm_heartbeat_interval": (1, 86400),
     "aic_vllm_drain_timeout": (0, 3600),
+    "aic_vllm_healthcheck_interval": (0, 3600),
+    "aic_vllm_healthcheck_timeout": (1, 600),
+    "aic_vllm_healthcheck_retries": (1, 100),
+    "aic_vllm_healthcheck_start_period": (0, 86400),
     "aic_rollout_canary": (0, 100_000),
     "aic_rollout_max_fail_percentage": (0, 100),
     "aic_rollout_reach_timeout": (1, 3600),
@@ -661,6 +672,8 @@ def build_plan(inputs):
             "build_dir": posixpath.join(work, "build"),
             "wheelhouse_dir": posixpath.join(work, "wheelhouse"),
             "prometheus_dir": posixpath.join(work, "prometheus"),
+            # The vLLM guard (roles/vllm/files/aic_vllm_guard.py) on the node, mounted into every vLLM container.
+            "vllm_guard": posixpath.join(work, "vllm", "aic_vllm_guard.py"),
             "nvme_dir": v["aic_lmcache_nvme_dir"] or posixpath.join(work, "slab", "nvme"),
             "nfs_dir": v["aic_lmcache_nfs_dir"] or posixpath.join(work, "slab", "nfs"),
             "slab_dir": v["aic_lmcache_slab_dir"] or posixpath.join(work, "slab", "gds"),
@@ -715,6 +728,12 @@ def build_plan(inputs):
             "pid_mode": v["aic_vllm_pid_mode"],
             "heartbeat_interval": v["aic_vllm_heartbeat_interval"],
             "drain_timeout": v["aic_vllm_drain_timeout"],
+            "healthcheck": {
+                "interval": v["aic_vllm_healthcheck_interval"],
+                "timeout": v["aic_vllm_healthcheck_timeout"],
+                "retries": v["aic_vllm_healthcheck_retries"],
+                "start_period": v["aic_vllm_healthcheck_start_period"],
+            },
             "lmcache": v["aic_vllm_lmcache"],
         },
         "lmcache": {

@@ -79,7 +79,8 @@ options:
       - Name of the vLLM container on this node's Docker engine. While the module waits for C(/health) it watches
         the container. When it exited or restarted since the check began, waiting cannot help, so the check fails
         at once with the exit code and the container's last log lines (a bad image fails in seconds, not after
-        O(wait_timeout)).
+        O(wait_timeout)). A failed check also reports the container healthcheck's verdict (a hung engine answers
+        C(/health) but no completion; its healthcheck has been failing since it hung).
       - Empty (the default) watches nothing.
     type: str
     default: ""
@@ -197,7 +198,9 @@ def run_checks(params, result, watch=None):
     timeout = params["request_timeout"]
 
     def fail(url, what):
-        raise CheckFailed(f"{COMPONENT} at {url}: {what}")
+        # A hung engine answers /health but no completion: its container's own healthcheck tells since when.
+        health = watch.health() if watch is not None else None
+        raise CheckFailed(f"{COMPONENT} at {url}: {what}" + (f" ({health})" if health else ""))
 
     # 1. /health, waiting for the server to come up.
     health_url = join_url(base, "/health")

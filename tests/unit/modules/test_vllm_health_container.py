@@ -10,7 +10,12 @@ import time
 
 import pytest
 
-from ansible_collections.aic.stack.plugins.module_utils.container_watch import ContainerWatch, tail, why_down
+from ansible_collections.aic.stack.plugins.module_utils.container_watch import (
+    ContainerWatch,
+    describe_health,
+    tail,
+    why_down,
+)
 from ansible_collections.aic.stack.plugins.module_utils.http import wait_until
 from ansible_collections.aic.stack.plugins.modules import vllm_health
 
@@ -31,6 +36,29 @@ def test_a_restart_since_the_check_began_is_down_even_while_running_again():
     assert why_down(attrs, 1) == "its container restarted 3 time(s) since the check began"
     restarting = {"State": {"Status": "restarting", "Restarting": True, "ExitCode": 1}}
     assert why_down(restarting, 0) == "its container restarted 1 time(s) since the check began (last exit code 1)"
+
+
+def test_describe_health_names_the_status_the_streak_and_the_last_probe():
+    assert describe_health({"State": {"Status": "running"}}) is None
+    attrs = {
+        "State": {
+            "Health": {
+                "Status": "unhealthy",
+                "FailingStreak": 3,
+                "Log": [
+                    {"ExitCode": 0, "Output": ""},
+                    {"ExitCode": 1, "Output": "Traceback\nTimeoutError: timed out\n"},
+                ],
+            }
+        }
+    }
+    assert describe_health(attrs) == (
+        "its container healthcheck says unhealthy (3 failed probe(s) in a row); "
+        "last probe: exit code 1, Traceback | TimeoutError: timed out"
+    )
+    assert describe_health({"State": {"Health": {"Status": "starting", "FailingStreak": 0, "Log": []}}}) == (
+        "its container healthcheck says starting"
+    )
 
 
 def test_tail_keeps_the_last_non_empty_lines_on_one_line():
@@ -124,3 +152,41 @@ def test_the_watch_sees_a_container_that_is_killed_while_it_waits(client, contai
     c.kill()
     c.wait(timeout=10)
     assert watch.check().startswith("its container exited (exit code 137)")
+
+
+def test_a_failed_completion_reports_the_containers_own_healthcheck(vllm, container, client, run_module):
+    """A hung engine: /health and /v1/models answer, the completion does not within the request timeout. The failure
+    says what the container's healthcheck (the 1-token probe of the vllm role) has been saying meanwhile."""
+
+    def hang(req):
+        time.sleep(4)
+        return 500, "", "text/plain"
+
+    vllm.server.handler_route("/v1/completions", hang, method="POST")
+    c = container(
+        ["sleep", "60"],
+        healthcheck={
+            "test": ["CMD-SHELL", "echo 'URLError: timed out'; exit 1"],
+            "interval": 500_000_000,
+            "retries": 1,
+        },
+    )
+    deadline = time.monotonic() + 30
+    while client.api.inspect_container(c.name)["State"]["Health"]["Status"] != "unhealthy":
+        assert time.monotonic() < deadline, "the container never became unhealthy"
+        time.sleep(0.5)
+    result = run_module(
+        vllm_health,
+        {"url": vllm.url, "model": "tiny-llama", "request_timeout": 2, "container": c.name},
+    )
+    assert result.failed
+    msg = result["msg"]
+    assert f"vLLM at {vllm.url}/v1/completions: POST /v1/completions failed" in msg, msg
+    assert "its container healthcheck says unhealthy" in msg and "failed probe(s) in a row" in msg, msg
+    assert "last probe: exit code 1, URLError: timed out" in msg, msg
+
+
+def test_a_healthy_check_says_nothing_of_the_container_health(vllm, container, run_module):
+    c = container(["sleep", "60"], healthcheck={"test": ["CMD-SHELL", "exit 0"], "interval": 500_000_000})
+    result = run_module(vllm_health, {"url": vllm.url, "model": "tiny-llama", "container": c.name})
+    assert not result.failed, result["msg"]

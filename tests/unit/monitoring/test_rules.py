@@ -53,12 +53,13 @@ def all_rules(text):
     return [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
 
 
-def test_rules_have_the_recording_rules_and_the_four_alerts():
+def test_rules_have_the_recording_rules_and_the_five_alerts():
     rules = all_rules(render_rules())
     alerts = {rule["alert"] for rule in rules if "alert" in rule}
     assert alerts == {
         "AicTargetDown",
         "AicVllmNoSuccessfulRequests",
+        "AicVllmHung",
         "AicLmcacheL2ReadsStuckAtZero",
         "AicSlabDiskNearlyFull",
     }
@@ -105,9 +106,9 @@ def test_promtool_check_rules(rules_file):
 
 
 @needs_promtool
-@pytest.mark.parametrize("test_file", ["l2_reads_stuck_test.yml", "cluster_rules_test.yml"])
+@pytest.mark.parametrize("test_file", ["l2_reads_stuck_test.yml", "cluster_rules_test.yml", "vllm_hung_test.yml"])
 def test_promtool_unit_tests_the_rules(tmp_path, rules_file, test_file):
-    """The L2-reads-stuck alert, and the rules over two nodes of one job (node and gpu labels kept)."""
+    """The L2-reads-stuck and vLLM-hung alerts, and the rules over two nodes of one job (node and gpu labels kept)."""
     shutil.copy(HERE / test_file, tmp_path / test_file)
     result = promtool("test", "rules", test_file, cwd=tmp_path)
     assert result.returncode == 0, result.stdout + result.stderr

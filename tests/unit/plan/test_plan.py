@@ -47,6 +47,10 @@ NON_DEFAULTS = {
     "aic_vllm_pid_mode": "lmcache",
     "aic_vllm_heartbeat_interval": 60,
     "aic_vllm_drain_timeout": 5,
+    "aic_vllm_healthcheck_interval": 0,
+    "aic_vllm_healthcheck_timeout": 3,
+    "aic_vllm_healthcheck_retries": 5,
+    "aic_vllm_healthcheck_start_period": 60,
     "aic_rocm_devices": ["/srv/fake/kfd:/dev/kfd", "/srv/fake/dri:/dev/dri"],
     "aic_rollout_canary": 2,
     "aic_rollout_batch_size": "10%",
@@ -174,6 +178,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "build_dir": "/var/lib/aic/build",
         "wheelhouse_dir": "/var/lib/aic/wheelhouse",
         "prometheus_dir": "/var/lib/aic/prometheus",
+        "vllm_guard": "/var/lib/aic/vllm/aic_vllm_guard.py",
         "artifact_dir": "/var/lib/aic/artifacts",
         "nvme_dir": "/var/lib/aic/slab/nvme",
         "nfs_dir": "/var/lib/aic/slab/nfs",
@@ -204,6 +209,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "pid_mode": "",
         "heartbeat_interval": 900,
         "drain_timeout": 30,
+        "healthcheck": {"interval": 15, "timeout": 10, "retries": 2, "start_period": 1200},
         "lmcache": True,
     }
     assert plan["lmcache"] == {
@@ -740,7 +746,13 @@ def test_vllm_without_lmcache_has_no_kv_transfer_config():
     without = vllm_spec(build_plan({"aic_vllm_lmcache": "false"})[0])["command"]
     assert "--kv-transfer-config" in with_cache
     assert "--kv-transfer-config" not in without
-    assert len(with_cache) - len(without) == 2
+    # Without LMCache there is no server to guard: vLLM's own command, without the connector's two arguments.
+    guard = with_cache.index("--") + 1
+    assert with_cache[:guard] == [
+        "python3", "/opt/aic-guard/aic_vllm_guard.py", "--lmcache-url", "http://aic-lmcache:8080", "--interval", "2", "--grace", "2", "--",
+    ]  # fmt: skip
+    assert len(with_cache[guard:]) - len(without) == 2
+    assert without[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]
 
 
 # --- rollout batches and ROCm devices ------------------------------------------------------------------------

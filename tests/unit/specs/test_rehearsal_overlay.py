@@ -132,7 +132,13 @@ def test_only_the_overlays_inputs_differ_in_the_plan(both):
 def test_vllm_spec_differs_only_in_model_cpu_flags_fake_devices_and_the_node_cache(both):
     _, _, spur, rehearsal = both
     a, b = vllm_spec(spur, 0), vllm_spec(rehearsal, 0)
-    assert differing(a, b) == ["command", "devices", "mounts"]
+    assert differing(a, b) == ["command", "devices", "healthcheck", "mounts"]
+    # The healthcheck asks the served model by its name; nothing else of it differs.
+    assert a["healthcheck"]["test"][-2:] != b["healthcheck"]["test"][-2:]
+    assert {**a["healthcheck"], "test": a["healthcheck"]["test"][:-2]} == {
+        **b["healthcheck"],
+        "test": b["healthcheck"]["test"][:-2],
+    }
     fa, fb = flags(a["command"]), flags(b["command"])
     assert differing(fa, fb) == [
         "--dtype",
@@ -145,7 +151,9 @@ def test_vllm_spec_differs_only_in_model_cpu_flags_fake_devices_and_the_node_cac
     assert fb["--model"] == "/opt/aic/models/tiny-llama" and fb["--enforce-eager"] is True
     assert a["devices"] == ["/dev/kfd", "/dev/dri"]
     assert b["devices"] == ["/bed/nodes/node2/dev/kfd:/dev/kfd", "/bed/nodes/node2/dev/dri:/dev/dri"]
-    assert [m["source"] for m in b["mounts"]] == ["/bed/nodes/node2/hf"]
+    # The guard from the node's work directory (the same path as on SPUR), then the node's model cache.
+    assert a["mounts"][0] == b["mounts"][0] and a["mounts"][0]["source"] == "/var/tmp/aic/vllm/aic_vllm_guard.py"
+    assert [m["source"] for m in b["mounts"]][1:] == ["/bed/nodes/node2/hf"]
     # The GPU the container sees, its namespaces and its environment are SPUR's.
     assert (a["env"], a["ipc_mode"], a["pid_mode"], a["gpu"]) == (b["env"], b["ipc_mode"], b["pid_mode"], b["gpu"])
 

@@ -92,7 +92,15 @@ def test_vllm_spec_carries_every_spur_default(plan):
     assert spec["ipc_mode"] == "container:aic-lmcache"
     assert spec["pid_mode"] == "container:aic-lmcache"
     assert spec["devices"] == ["/dev/kfd", "/dev/dri"]
-    assert spec["mounts"] == [{"type": "bind", "source": "/shared_nfs/huggingface", "target": "/hf"}]
+    assert spec["mounts"] == [
+        {
+            "type": "bind",
+            "source": "/var/tmp/aic/vllm/aic_vllm_guard.py",
+            "target": "/opt/aic-guard/aic_vllm_guard.py",
+            "read_only": True,
+        },
+        {"type": "bind", "source": "/shared_nfs/huggingface", "target": "/hf"},
+    ]
     kv = json.loads(arg(spec["command"], "--kv-transfer-config"))
     assert kv["kv_connector"] == "LMCacheMPConnector"
     assert kv["kv_connector_extra_config"] == {
