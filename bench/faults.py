@@ -140,14 +140,14 @@ def restart_dockerd():
     while pathlib.Path(f"/proc/{pid}").exists():
         time.sleep(0.5)
     script = REPO / "roles" / "docker_host" / "files" / "start-dockerd.sh"
-    subprocess.run([str(script), "/var/run/docker.sock", "/var/log/aic-dockerd.log"], check=False, timeout=120)
+    subprocess.run(["sh", str(script), "/var/run/docker.sock", "/var/log/aic-dockerd.log"], check=False, timeout=120)
 
 
 def inject(fault, freeze_s):
     if fault == "lmcache-restart":
         engine().containers.get("aic-lmcache").restart(timeout=30)
     elif fault == "lmcache-kill":
-        os.kill(host_pid("aic-lmcache", "lmcache"), signal.SIGKILL)
+        os.kill(host_pid("aic-lmcache", "lmcache server"), signal.SIGKILL)
     elif fault == "lmcache-freeze":
         container = engine().containers.get("aic-lmcache")
         container.pause()
@@ -165,7 +165,7 @@ def inject(fault, freeze_s):
 
 def kv_marker(fault):
     """A long prompt stored in LMCache before the fault (whole chunks), to look up after it."""
-    prompt = f"{fault}: " + "Every fault is measured, none is hidden. " * 40
+    prompt = f"{fault}: " + "Every fault is measured, none is hidden. " * 4  # ~150 tokens of the 256
     complete(prompt, max_tokens=1)
     return prompt
 

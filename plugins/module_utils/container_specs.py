@@ -27,11 +27,12 @@ ROCM_DEVICES = ["/dev/kfd", "/dev/dri"]
 STOP_GRACE = 10
 HF_MOUNT = "/hf"
 # Where the vLLM guard (roles/vllm/files/aic_vllm_guard.py) is mounted in the vLLM containers, how often it looks at
-# LMCache's start time (a GET of its /metrics), and how long a vLLM it ends gets after SIGTERM: its requests are hung
-# on the old server, nothing is left to drain. A restarted LMCache costs its own start, at most these two, and vLLM's.
+# LMCache's start time (a GET of its /metrics), and how long a vLLM it ends gets after SIGTERM: none, its requests
+# are hung on the old server and it would wait for them (--shutdown-timeout). A restarted LMCache costs its own
+# restart, at most a second, and vLLM's start.
 GUARD_MOUNT = "/opt/aic-guard/aic_vllm_guard.py"
-GUARD_INTERVAL = 2
-GUARD_GRACE = 2
+GUARD_INTERVAL = 1
+GUARD_GRACE = 0
 
 
 def gpu_visibility(gpus):

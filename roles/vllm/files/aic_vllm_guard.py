@@ -17,7 +17,7 @@ every IPC and PID mode.
 Signals: SIGTERM and SIGINT (docker stop) go to vLLM alone, which drains its in-flight requests
 (--shutdown-timeout) and exits; the guard exits with vLLM's status. When the guard ends vLLM itself, the requests
 in flight are hung on the old server, so there is nothing to drain: SIGTERM, then SIGKILL to vLLM's whole process
-group after a short grace.
+group after --grace seconds (default none).
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lmcache-url", required=True, help="LMCache's HTTP port, e.g. http://aic-lmcache:8080")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between two looks at LMCache")
-    parser.add_argument("--grace", type=float, default=5.0, help="seconds vLLM gets after SIGTERM before SIGKILL")
+    parser.add_argument("--grace", type=float, default=0.0, help="seconds vLLM gets after SIGTERM before SIGKILL")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then vLLM's command")
     args = parser.parse_args(argv)
     if args.command[:1] == ["--"]:

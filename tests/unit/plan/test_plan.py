@@ -749,7 +749,7 @@ def test_vllm_without_lmcache_has_no_kv_transfer_config():
     # Without LMCache there is no server to guard: vLLM's own command, without the connector's two arguments.
     guard = with_cache.index("--") + 1
     assert with_cache[:guard] == [
-        "python3", "/opt/aic-guard/aic_vllm_guard.py", "--lmcache-url", "http://aic-lmcache:8080", "--interval", "2", "--grace", "2", "--",
+        "python3", "/opt/aic-guard/aic_vllm_guard.py", "--lmcache-url", "http://aic-lmcache:8080", "--interval", "1", "--grace", "0", "--",
     ]  # fmt: skip
     assert len(with_cache[guard:]) - len(without) == 2
     assert without[:3] == ["python3", "-m", "vllm.entrypoints.openai.api_server"]

@@ -202,6 +202,6 @@ def test_the_command_comes_after_the_separator():
         ["--lmcache-url", "http://aic-lmcache:8080", "--", "python3", "-m", "vllm", "--port", "1"]
     )
     assert args.command == ["python3", "-m", "vllm", "--port", "1"]
-    assert (args.interval, args.grace) == (5.0, 5.0)
+    assert (args.interval, args.grace) == (5.0, 0.0)
     with pytest.raises(SystemExit):
         guard_module.parse(["--lmcache-url", "http://aic-lmcache:8080", "--"])
