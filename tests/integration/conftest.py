@@ -94,13 +94,9 @@ def pytest_collection_modifyitems(config, items):
             items[:] = [item for item in items if item not in dropped]
 
 
-def run_playbook(playbook, tmp_path, inventory=LOCAL_INVENTORY, extravars=None, cmdline=None):
-    """Run ``playbook`` (relative to the repo) with ansible-runner; return the Runner (status, stats, events)."""
-    private = tmp_path / f"runner-{pathlib.Path(playbook).stem}"
-    if private.exists():
-        shutil.rmtree(private)
-    private.mkdir(parents=True)
-    env = {
+def runner_env():
+    """ansible-runner's environment: this checkout's config and collection, this interpreter's venv."""
+    return {
         "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
         "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
         "ANSIBLE_ROLES_PATH": str(REPO / "roles"),
@@ -108,14 +104,36 @@ def run_playbook(playbook, tmp_path, inventory=LOCAL_INVENTORY, extravars=None, 
         # ansible-runner execs ansible-playbook: use the one of this interpreter's venv.
         "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")]),
     }
+
+
+def run_playbook(playbook, tmp_path, inventory=LOCAL_INVENTORY, extravars=None, cmdline=None):
+    """Run ``playbook`` (relative to the repo) with ansible-runner; return the Runner (status, stats, events)."""
+    private = tmp_path / f"runner-{pathlib.Path(playbook).stem}"
+    if private.exists():
+        shutil.rmtree(private)
+    private.mkdir(parents=True)
     return ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(REPO),
         playbook=str(REPO / playbook),
         inventory=str(inventory),
         extravars=extravars or {},
-        envvars=env,
+        envvars=runner_env(),
         cmdline=cmdline,
+        quiet=True,
+    )
+
+
+def run_module(module, module_args, private, inventory=LOCAL_INVENTORY, host_pattern="localhost"):
+    """Run one module of the collection ad hoc on ``host_pattern`` with ansible-runner (``private``: its data dir)."""
+    private.mkdir(parents=True, exist_ok=True)
+    return ansible_runner.run(
+        private_data_dir=str(private),
+        host_pattern=host_pattern,
+        inventory=str(inventory),
+        module=module,
+        module_args=module_args,
+        envvars=runner_env(),
         quiet=True,
     )
 

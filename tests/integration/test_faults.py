@@ -14,16 +14,14 @@ import os
 import pathlib
 import signal
 import subprocess
-import sys
 import threading
 import time
 
-import ansible_runner
 import docker
 import pytest
 import requests
 
-from .conftest import REPO, STACK_LABEL, changed_tasks, failures, run_playbook, stack_answers
+from .conftest import REPO, STACK_LABEL, changed_tasks, failures, run_module, run_playbook, stack_answers
 
 pytestmark = pytest.mark.integration
 
@@ -74,21 +72,8 @@ def started_at(name):
 
 def vllm_check(tmp_path):
     """aic.stack.vllm_health with the health role's arguments (10 s per request), run by Ansible on this host."""
-    private = tmp_path / "runner-vllm-check"
-    private.mkdir()
-    return ansible_runner.run(
-        private_data_dir=str(private),
-        inventory=str(REPO / "inventories" / "local"),
-        host_pattern="localhost",
-        module="aic.stack.vllm_health",
-        module_args=f"url={VLLM} model={MODEL} wait_timeout=30 request_timeout=10 container=aic-vllm",
-        envvars={
-            "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-            "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
-            "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")]),
-        },
-        quiet=True,
-    )
+    args = f"url={VLLM} model={MODEL} wait_timeout=30 request_timeout=10 container=aic-vllm"
+    return run_module("aic.stack.vllm_health", args, tmp_path / "runner-vllm-check")
 
 
 def health_status(name):

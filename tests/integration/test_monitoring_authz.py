@@ -24,11 +24,10 @@ import tempfile
 import time
 import urllib.request
 
-import ansible_runner
 import pytest
 import yaml
 
-from .conftest import LOCAL_INVENTORY, REPO, changed_tasks, failures, run_playbook
+from .conftest import REPO, changed_tasks, failures, run_module, run_playbook
 
 PLAYBOOK = "playbooks/monitoring.yml"
 STACK = "aicmon"
@@ -204,21 +203,8 @@ class Deployment:
 
     def targets(self, expected_jobs, tmp):
         """aic.stack.prometheus_targets against this deployment's Prometheus."""
-        tmp.mkdir(parents=True, exist_ok=True)
-        runner = ansible_runner.run(
-            private_data_dir=str(tmp),
-            host_pattern="localhost",
-            inventory=str(LOCAL_INVENTORY),
-            module="aic.stack.prometheus_targets",
-            module_args=f"url={self.url} expected_jobs={','.join(expected_jobs)} wait_timeout=90",
-            envvars={
-                "ANSIBLE_CONFIG": str(REPO / "ansible.cfg"),
-                "ANSIBLE_COLLECTIONS_PATH": str(REPO / ".collections"),
-                "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            },
-            quiet=True,
-        )
-        return runner
+        args = f"url={self.url} expected_jobs={','.join(expected_jobs)} wait_timeout=90"
+        return run_module("aic.stack.prometheus_targets", args, tmp)
 
 
 def container_state(name, host=None):
