@@ -20,6 +20,7 @@ import time
 import docker
 import pytest
 import requests
+from prometheus_client.parser import text_string_to_metric_families
 
 from .conftest import REPO, STACK_LABEL, changed_tasks, failures, run_module, run_playbook, stack_answers
 
@@ -105,6 +106,12 @@ def lmcache_fault(kind):
         kill_lmcache_server()
 
 
+def lmcache_sum(name):
+    """Sum of the samples of LMCache metric ``name`` (its /metrics)."""
+    families = text_string_to_metric_families(requests.get(f"{LMCACHE}/metrics", timeout=10).text)
+    return sum(s.value for f in families for s in f.samples if s.name == name)
+
+
 def lmcache_back_after(fault, deadline_s=120):
     """Seconds from ``fault`` until LMCache answers /healthcheck again (LMCache's own restart)."""
     while time.time() - fault < deadline_s:
@@ -148,9 +155,10 @@ def test_an_lmcache_restart_on_the_local_default_costs_vllms_start_and_seconds(d
     print(
         f"{kind}: completions again after {recovery:.1f} s: LMCache back after {lmcache_back:.1f} s, vLLM start {vllm_start:.1f} s"
     )
-    # The new vLLM is attached to the new server: KV is stored and found again (an identical long prompt).
-    prompt = "The rain in Spain stays mainly in the plain. " * 5
-    assert complete(prompt) == complete(prompt)
+    # The new vLLM is attached to the new server: a new long prompt is looked up there (whole chunks of it).
+    before = lmcache_sum("lmcache_mp_lookup_requested_tokens_total")
+    complete(f"attached? {time.time()} " + "The rain in Spain stays mainly in the plain. " * 5)
+    assert lmcache_sum("lmcache_mp_lookup_requested_tokens_total") - before >= 128
 
 
 def test_a_hung_engine_is_unhealthy_failed_by_the_health_check_and_alerted(default, tmp_path):
