@@ -16,9 +16,9 @@ Faults (nothing but the fault is done; recovery is the stack's own: restart poli
 - ``prometheus-restart``: ``docker restart aic-prometheus``;
 - ``dockerd-restart``: the Docker engine stopped and started again (systemd, else roles/docker_host's script).
 
-Columns: ``recover_s`` from the fault to the first completion that succeeds after it (0 when none failed and none
-waited longer than a second); ``failed`` requests sent during the fault that got an error; ``waited_max_s`` the
-longest successful request in that window; ``lost``: ``nothing``, or what did not survive - a prompt stored before
+Columns: ``recover_s`` from the fault to the end of the first quick completion (under a second) sent after the last
+failed or slow one (0 when none failed and none waited a second); ``failed``: requests sent from the fault until the
+stack answered steadily again that got an error; ``waited_max_s``: the longest successful request among them; ``lost``: ``nothing``, or what did not survive - a prompt stored before
 the fault no longer found in LMCache afterwards (``KV``: LMCache's index lives in its memory, its NIXL POSIX slots
 are new files each start), or Prometheus samples from before the fault gone (``metrics``).
 """
@@ -106,19 +106,26 @@ def engine():
     return docker.from_env()
 
 
-def wait_stack(timeout=600):
-    """Until vLLM completes, LMCache and Prometheus answer."""
+def wait_stack(timeout=600, stable_s=8):
+    """Until LMCache and Prometheus answer and long completions (through LMCache) have succeeded for ``stable_s``
+    seconds in a row: a vLLM that answers once but is about to be ended by its guard is not back yet."""
     deadline = time.time() + timeout
+    since = None
     while time.time() < deadline:
         try:
-            complete("ready?", timeout=10)
-            if (
+            complete(f"back? {time.time()} " + "The stack answers again after the fault. " * 4, timeout=10)
+            up = (
                 requests.get(f"{LMCACHE}/healthcheck", timeout=5).ok
                 and requests.get(f"{PROMETHEUS}/-/ready", timeout=5).ok
-            ):
-                return
+            )
         except requests.RequestException:
-            pass
+            up = False
+        if not up:
+            since = None
+        elif since is None:
+            since = time.time()
+        elif time.time() - since >= stable_s:
+            return
         time.sleep(1)
     raise SystemExit(f"the stack did not answer within {timeout} s")
 
