@@ -103,6 +103,11 @@ def start_vllm_without_shared_ipc():
     client = docker.from_env()
     old = client.containers.get("aic-vllm")
     config = old.attrs["Config"]
+    # Its bind mounts too: the command runs vLLM under its guard, mounted from the node.
+    mounts = [
+        docker.types.Mount(m["Target"], m["Source"], type=m["Type"], read_only=m.get("ReadOnly", False))
+        for m in old.attrs["HostConfig"].get("Mounts") or []
+    ]
     old.remove(force=True)
     client.containers.run(
         config["Image"],
@@ -110,6 +115,7 @@ def start_vllm_without_shared_ipc():
         environment=config["Env"],
         name="aic-vllm",
         labels=config["Labels"],
+        mounts=mounts,
         network="aic",
         ports={"8000/tcp": ("127.0.0.1", 8000)},
         ipc_mode="private",
