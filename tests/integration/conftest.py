@@ -33,8 +33,9 @@ STACK_MODULES = (
     "test_local_stack",
     "test_l2_tier",
     "test_rollback",
-    "test_drift",
     "test_faults",
+    "test_l2_full",
+    "test_drift",
     "test_l2_zero_causes",
     "test_vllm_instances",
     "test_cliff_bench",
@@ -264,6 +265,11 @@ class DefaultStack:
         self.runner, self._fingerprint = runner, stack_fingerprint()
         self.started_around = (before, stack_started_at()) if before else None
         return runner
+
+    @property
+    def fingerprint(self):
+        """stack_fingerprint() of the stack the last default deploy of this session left (None before one)."""
+        return self._fingerprint
 
     def is_up(self):
         return self._fingerprint is not None and stack_fingerprint() == self._fingerprint and stack_answers()
