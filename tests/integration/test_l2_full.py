@@ -16,6 +16,7 @@ import pytest
 import requests
 
 from .conftest import failures, run_playbook
+from .test_faults import wait_for
 from .test_l2_tier import lmcache_metric, prompt, send
 
 pytestmark = pytest.mark.integration
@@ -34,16 +35,6 @@ def restarts(name):
 def query(expr):
     response = requests.get(f"{PROMETHEUS}/api/v1/query", params={"query": expr}, timeout=10)
     return response.json()["data"]["result"]
-
-
-def wait_for(predicate, timeout, what, step=2.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 @pytest.fixture(scope="module")
