@@ -42,6 +42,11 @@ def rollout_rolled(hosts, hostvars, fact="aic_rollout_outcome"):
     return rollout.serving_nodes(list(hosts), outcomes)
 
 
+def rollout_dropped(host, hostvars, target):
+    """The outcome of a node that dropped out of this run before the rollout (why, when a role recorded it)."""
+    return rollout.dropped_outcome(host, hostvars, target)
+
+
 def release_deployed_record(release_record, when, last_healthy=None):
     """The deployed.json content for a release that passed health (deployed_at kept when the image is the same)."""
     return release.deployed_record(release_record, when, last_healthy or None)
@@ -55,5 +60,6 @@ class FilterModule:
             "rollout_summary": rollout_summary,
             "rollout_unfinished": rollout_unfinished,
             "rollout_rolled": rollout_rolled,
+            "rollout_dropped": rollout_dropped,
             "release_deployed_record": release_deployed_record,
         }

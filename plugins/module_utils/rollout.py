@@ -7,11 +7,23 @@ from __future__ import annotations
 import re
 
 PERCENT_RE = re.compile(r"^\s*([0-9]{1,3}(?:\.[0-9]+)?)\s*%\s*$")
-STATES = ("started", "healthy", "rolled_back", "failed", "lost", "unreachable")
+STATES = ("started", "healthy", "rolled_back", "failed", "lost", "unreachable", "dropped")
 # The states of a node whose turn ran to its end and that serves: healthy, or rolled back to its last healthy release.
 SERVING_STATES = ("healthy", "rolled_back")
-# The states of a node that was skipped, untouched: Slurm lost it, or it could not be reached when its turn came.
-SKIPPED_STATES = ("lost", "unreachable")
+# The states of a node that was skipped, untouched: Slurm lost it, it could not be reached when its turn came, or it
+# dropped out of this run before the rollout (failed or unreachable in an earlier play: its Docker engine down, ...).
+SKIPPED_STATES = ("lost", "unreachable", "dropped")
+
+
+# Why a node dropped out, when nothing more precise was recorded (an earlier play failed it or could not reach it).
+DROPPED_CAUSE = "it failed or could not be reached earlier in this run: its error is above"
+
+
+def dropped_outcome(host, hostvars, target):
+    """The outcome of a node that dropped out of this run before the rollout: the reason a role recorded on it
+    (``docker_host_error``: its Docker engine does not answer), else the generic one."""
+    facts = hostvars.get(host) or {}
+    return {"state": "dropped", "before": "", "target": target, "cause": facts.get("docker_host_error") or DROPPED_CAUSE}
 
 
 class RolloutError(ValueError):
@@ -77,6 +89,8 @@ def node_line(host, outcome, reached):
         return f"{host}: LOST from the job before its turn ({outcome.get('cause')}); untouched ({before})"
     if state == "unreachable":
         return f"{host}: UNREACHABLE when its turn came ({outcome.get('cause')}); untouched ({before})"
+    if state == "dropped":
+        return f"{host}: DROPPED before the rollout ({outcome.get('cause')}); untouched"
     if state == "failed":
         return f"{host}: FAILED on {outcome.get('target')} ({outcome.get('cause')}); {outcome.get('restore') or 'not restored'}"
     return f"{host}: {state}"
@@ -109,6 +123,8 @@ def unfinished_nodes(hosts, outcomes):
             out.append(f"{host} is no longer part of the job ({outcome.get('cause') or 'Slurm lost it'})")
         elif outcome.get("state") == "unreachable":
             out.append(f"{host} could not be reached when its turn came ({outcome.get('cause') or 'no connection'})")
+        elif outcome.get("state") == "dropped":
+            out.append(f"{host} dropped out before the rollout ({outcome.get('cause') or DROPPED_CAUSE})")
         elif outcome.get("state") == "started":
             # Its turn started and never ended: the connection went away during it (asked after the last batch).
             out.append(

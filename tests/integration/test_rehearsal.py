@@ -8,12 +8,14 @@ rocm one, the tiny model, fake GPU device nodes, scaled pools.
 
 The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
 changes nothing -> a bad image stopped at the canary -> a good image rolled out under load, canary first,
-in-flight requests drained -> the cliff benchmark as a job on node3 -> a rollout during which node2's sshd and
-node3's slurmd die.
+in-flight requests drained -> node2's Docker engine crashes under load (marked down, named by the next deploy, back
+when the engine is) -> the cliff benchmark as a job on node3 -> a rollout during which node2's sshd and node3's
+slurmd die.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import os
@@ -312,15 +314,15 @@ class Load:
     its health, long ones back to back to that node (LONG_STREAMS at once), so that some are in flight when its vLLM
     is told to stop."""
 
-    def __init__(self):
+    def __init__(self, nodes=NODES):
         self.results = []  # (node, kind, start, end, outcome)
         self.stop = threading.Event()
         self.turn = {n: threading.Event() for n in NODES}
         self.healthy_at = {}
-        self.threads = [threading.Thread(target=self.steady, args=(n,), daemon=True) for n in NODES]
+        self.threads = [threading.Thread(target=self.steady, args=(n,), daemon=True) for n in nodes]
         # Several long streams per node: when its vLLM gets SIGTERM, some long request sent well before is in flight.
         self.threads += [
-            threading.Thread(target=self.long, args=(n,), daemon=True) for n in NODES for _ in range(LONG_STREAMS)
+            threading.Thread(target=self.long, args=(n,), daemon=True) for n in nodes for _ in range(LONG_STREAMS)
         ]
 
     def one(self, node, kind, max_tokens):
@@ -434,6 +436,119 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     # After the rollout every node serves again.
     late = [r for r in results if r[2] > t1 and r[4] != "ok"]
     assert not late, "after the rollout: " + brief(late, t0)
+
+
+def comm(pid):
+    try:
+        return pathlib.Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
+def engine_pids(node):
+    """node's Docker engine and everything it runs: dockerd, containerd, the shims (in the node's network namespace)
+    and every process under them (the containers, in namespaces of their own). Not its sshd, slurmd or plugins."""
+    roots = {p for p in sh("ip", "netns", "pids", f"aicreh-{node[-1]}").stdout.split()
+             if comm(p) in ("dockerd", "containerd") or comm(p).startswith("containerd-shim")}  # fmt: skip
+    parent = {}
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            parent[stat.parent.name] = stat.read_text().rsplit(")", 1)[1].split()[1]
+    found, grew = set(roots), True
+    while grew:
+        more = {p for p, pp in parent.items() if pp in found} - found
+        found |= more
+        grew = bool(more)
+    return sorted(found, key=int)
+
+
+def revive_dockerd(node):
+    """Start node's Docker engine again, in the node's own namespaces, as the bed's node init starts it (what the
+    node's service manager does after a crash). Its containers come back through their restart policies."""
+    (slurmd,) = node_pids(node, "slurmd")  # in the node's network, mount and UTS namespaces
+    log = open(BED / "nodes" / node / "dockerd.log", "ab")  # noqa: SIM115 - handed to the detached dockerd
+    subprocess.Popen(
+        ["nsenter", "-t", slurmd, "-n", "-m", "-u", "--", "dockerd", "--config-file", str(BED / "daemon.json"),
+         "--pidfile", "/run/docker.pid", "--authorization-plugin=aic-pidhost"],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while on_node(node, "docker info -f '{{.ServerVersion}}'", check=False, timeout=10).returncode != 0:
+        assert time.monotonic() < deadline, f"{node}: its Docker engine did not come back"
+        time.sleep(1)
+
+
+def targets_by_node(node="node1"):
+    """The job's Prometheus: each scrape target's health, by (job, node)."""
+    targets = requests.get(f"http://{IP[node]}:9090/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+    return {(t["labels"].get("job"), t["labels"].get("node")): t["health"] for t in targets}
+
+
+def wait_targets(nodes, health, timeout=90):
+    deadline = time.monotonic() + timeout
+    while True:
+        seen = targets_by_node()
+        want = {(job, n): health for job in ("vllm", "lmcache") for n in nodes}
+        if all(seen.get(k) == v for k, v in want.items()):
+            return time.monotonic()
+        assert time.monotonic() < deadline, f"targets of {nodes} not {health} within {timeout} s: {seen}"
+        time.sleep(1)
+
+
+def test_a_node_whose_docker_engine_dies_under_load_is_marked_down_named_by_the_next_deploy_and_comes_back(
+    cluster, first_rollout
+):
+    """node2's Docker engine crashes with its containers (dockerd, containerd, the shims and the containers killed
+    with SIGKILL; its sshd and slurmd live on) while clients send requests to the other nodes. node1 and node3 serve every request;
+    the job's Prometheus marks node2's vLLM and LMCache targets down (AicTargetDown pending) and the others up; the
+    next deploy.yml rolls out node1 and node3 (nothing to change) and fails naming node2 and its engine. The engine
+    started again as its service manager would: node2's stack comes back by itself (LMCache, then vLLM), serves, and
+    Prometheus marks it up."""
+    _, tmp = first_rollout
+    image = inspect("node1", "aic-vllm", "{{.Config.Image}}")
+    others = started(["node1", "node3"])
+    # The clients send to the remaining nodes (a request to node2 would wait for its timeout).
+    with Load(["node1", "node3"]) as load:
+        time.sleep(3)
+        t0 = time.time()
+        pids = engine_pids("node2")
+        assert {"dockerd", "containerd"} <= {comm(p) for p in pids}, pids
+        sh("kill", "-9", *pids)
+        # Prometheus (on node1, scraping every 5 s) sees node2's targets go down; the others stay up.
+        wait_targets(["node2"], "down", timeout=60)
+        assert {k: v for k, v in targets_by_node().items() if k[1] != "node2" and k[0] in ("vllm", "lmcache")} == {
+            (job, n): "up" for job in ("vllm", "lmcache") for n in ("node1", "node3")
+        }
+        alerts = requests.get(f"http://{IP['node1']}:9090/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+        assert {(a["labels"].get("job"), a["labels"].get("node")) for a in alerts
+                if a["labels"]["alertname"] == "AicTargetDown"} >= {("vllm", "node2"), ("lmcache", "node2")}, alerts  # fmt: skip
+        runner = cluster.deploy(tmp, aic_stack_image=image, aic_rollout_batch_size="100%")
+        t1 = time.time()
+    assert runner.status == "failed"
+    lines = summary(runner)
+    for node in ("node1", "node3"):
+        assert lines[node] == f"{node}: healthy, unchanged ({image})", lines
+    assert lines["node2"].startswith("node2: DROPPED before the rollout (its Docker engine does not answer ("), lines
+    messages = " ".join(failures(runner))
+    assert "node2: its Docker engine does not answer" in messages and "start it on the node" in messages, messages
+    (failure,) = [m for m in failures(runner) if "The rollout did not finish on 1 node(s)" in m]
+    assert "node2 dropped out before the rollout (its Docker engine does not answer" in failure, failure
+    assert changed_per_host(runner) == {}, changed_per_host(runner)
+    assert started(["node1", "node3"]) == others
+    # The other nodes answered every request, all along.
+    served = [r for r in load.results if r[0] != "node2" and t0 <= r[2] <= t1]
+    assert {r[0] for r in served if r[4] == "ok"} == {"node1", "node3"}
+    failed = [r for r in served if r[4] != "ok"]
+    assert not failed, "node1/node3: " + brief(failed, t0)
+
+    revive_dockerd("node2")
+    wait_healthy("node2", timeout=240)
+    lmcache = inspect("node2", "aic-lmcache", "{{.State.StartedAt}}")
+    vllm = inspect("node2", "aic-vllm", "{{.State.StartedAt}}")
+    assert vllm > lmcache, (lmcache, vllm)
+    assert inspect("node2", "aic-vllm", "{{.Config.Image}}") == image
+    assert complete("node2").status_code == 200
+    wait_targets(NODES, "up", timeout=60)
 
 
 def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):

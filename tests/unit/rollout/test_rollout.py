@@ -120,3 +120,21 @@ def test_after_the_last_batch_every_node_that_did_not_finish_is_named():
     # The nodes that serve after their turn: the healthy and the rolled back ones, in inventory order.
     assert rollout_filter.rollout_rolled(hosts, hostvars) == ["node1", "node5"]
     assert rollout_filter.rollout_rolled(["node9"], hostvars) == []
+
+
+def test_a_node_that_dropped_out_before_the_rollout_is_named_with_its_engine_s_error():
+    engine = "its Docker engine does not answer (Error connecting: ... No such file or directory)"
+    hostvars = {"node2": {"docker_host_error": engine}, "node3": {"aic_plan": {}}}
+    dropped = {h: rollout_filter.rollout_dropped(h, hostvars, "img:b") for h in ("node2", "node3", "node4")}
+    assert dropped["node2"] == {"state": "dropped", "before": "", "target": "img:b", "cause": engine}
+    # Unreachable from the start, or failed by a play that recorded nothing: the generic reason.
+    assert dropped["node3"]["cause"] == dropped["node4"]["cause"] == rollout.DROPPED_CAUSE
+    out = rollout.summary(["node1", "node2"], {"node1": {"state": "healthy", "before": "img:b"}, **dropped}, {"node1"})
+    assert out["lines"] == ["node1: healthy, unchanged (img:b)", f"node2: DROPPED before the rollout ({engine}); untouched"]
+    assert out["counts"] == {"healthy": 1, "dropped": 1}
+    facts = {h: {"aic_rollout_outcome": o} for h, o in dropped.items()}
+    assert rollout_filter.rollout_unfinished(["node2", "node3"], facts) == [
+        f"node2 dropped out before the rollout ({engine})",
+        f"node3 dropped out before the rollout ({rollout.DROPPED_CAUSE})",
+    ]
+    assert rollout_filter.rollout_rolled(["node2"], facts) == []
