@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Everything CI runs: the Docker engine, the real local stack (deployed beside lint), unit tests, the integration
-# tests in parts (the rehearsal cluster beside the light modules, then the local stack's), molecule.
+# Everything CI runs: the Docker engine, the real local stack (deployed beside lint), then the integration tests in
+# parts (the rehearsal cluster beside the unit tests and the light modules, then the local stack's), molecule.
 # Needs: the venv (make setup) and Prometheus's promtool (scripts/host-deps.sh). The Docker engine is started here by
 # the collection's own docker_host role (playbooks/host.yml), exactly as `make deploy` starts it.
 set -euo pipefail
@@ -48,23 +48,25 @@ lint_rc=0
   done
 ) || lint_rc=$?
 join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" "$lint_rc"
-step "unit tests"
-pytest -q tests/unit --durations=10
-step "integration tests: the rehearsal cluster beside the light modules, then the local stack's"
+step "integration tests: the rehearsal cluster beside the unit tests, the light modules and molecule; then the local stack's"
 # The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
-# run in the background beside the light modules (and the molecule scenarios that need no stack), which mostly wait
-# on links, builds and jobs. The local stack's modules run afterwards, alone: their vLLMs and the rehearsal's would
-# starve each other on two cores. The rehearsal's output comes in one piece when it ended. The local stack's part
+# run in the background beside the unit tests, the light modules (and the molecule scenarios that need no stack),
+# which mostly wait on links, builds and jobs: the rehearsal is the longest lane, the unit tests fill the other one.
+# The local stack's modules run afterwards, alone: their vLLMs and the rehearsal's would starve each other on two
+# cores. The rehearsal's output comes in one piece when it ended. The local stack's part
 # ends with the default local stack deployed and healthy (tests/integration/conftest.py: AIC_TEST_LEAVE_DEFAULT_STACK=1
 # deploys it at the end when the last module did not leave it): molecule's health scenario runs against it.
 pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
 light_rc=0
-pytest -q tests/integration --part=light --durations=15 || light_rc=$?
+step "unit tests (beside the rehearsal)"
+pytest -q tests/unit --durations=10 || light_rc=$?
+step "integration tests: the light modules (beside the rehearsal)"
+[[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
 step "molecule: the scenarios that need no stack (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image nvme_slab nvme_slab_nosudo || light_rc=$?; }
-join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the light modules and molecule)" \
+join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
 step "integration tests on the real local stack"
 AIC_TEST_LEAVE_DEFAULT_STACK=1 pytest -q tests/integration --part=stack --durations=30
