@@ -53,9 +53,9 @@ step "integration tests: the rehearsal cluster beside the unit tests, the light 
 # run in the background beside the unit tests, the light modules (and the molecule scenarios that need no stack),
 # which mostly wait on links, builds and jobs: the rehearsal is the longest lane, the unit tests fill the other one.
 # The local stack's modules run afterwards, alone: their vLLMs and the rehearsal's would starve each other on two
-# cores. The rehearsal's output comes in one piece when it ended. The local stack's part
-# ends with the default local stack deployed and healthy (tests/integration/conftest.py: AIC_TEST_LEAVE_DEFAULT_STACK=1
-# deploys it at the end when the last module did not leave it): molecule's health scenario runs against it.
+# cores. The rehearsal's output comes in one piece when it ended. Molecule's health scenario runs in the light lane,
+# against the default local stack deployed above (no light module touches it), so the local stack's part may end with
+# the stack its last module left.
 pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
@@ -64,12 +64,12 @@ step "unit tests (beside the rehearsal)"
 pytest -q tests/unit --durations=10 || light_rc=$?
 step "integration tests: the light modules (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
-step "molecule: the scenarios that need no stack (beside the rehearsal)"
-[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image nvme_slab nvme_slab_nosudo || light_rc=$?; }
+step "molecule: the scenarios that need no stack, and health on the default local stack (beside the rehearsal)"
+[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image nvme_slab nvme_slab_nosudo health || light_rc=$?; }
 join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
 step "integration tests on the real local stack"
-AIC_TEST_LEAVE_DEFAULT_STACK=1 pytest -q tests/integration --part=stack --durations=30
-step "molecule: the scenarios that need the local stack or run alone"
-molecule/run.sh health image_distribute
+pytest -q tests/integration --part=stack --durations=30
+step "molecule: the scenarios that run alone (timing-sensitive)"
+molecule/run.sh image_distribute
 step "done"

@@ -26,9 +26,9 @@ LOCAL_INVENTORY = REPO / "inventories" / "local"
 # The integration modules that use the local stack, in the order they run, after every other module (those keep
 # their alphabetical order). The first three only need the default stack up and healthy and share it
 # (``default_stack``); test_l2_zero_causes starts from it and changes it. The last two change the stack whatever it
-# was (test_vllm_instances ends with a teardown; test_cliff_bench leaves its last arm). scripts/run-tests.sh sets
-# AIC_TEST_LEAVE_DEFAULT_STACK=1, so the session then ends by deploying the default stack again (molecule's health
-# scenario needs it).
+# was (test_vllm_instances ends with a teardown; test_cliff_bench leaves its last arm). AIC_TEST_LEAVE_DEFAULT_STACK=1
+# ends the session by deploying the default stack again (scripts/run-tests.sh does not need it: molecule's health
+# scenario runs earlier, against the stack the CI's first deploy left).
 STACK_MODULES = (
     "test_local_stack",
     "test_l2_tier",
@@ -295,8 +295,8 @@ def default_stack(local_stack):
 
 @pytest.fixture(scope="session", autouse=True)
 def leave_the_default_stack(request, local_stack):
-    """AIC_TEST_LEAVE_DEFAULT_STACK=1 (scripts/run-tests.sh): a session that passed ends with the default stack up,
-    deployed only when the last stack module did not leave it (molecule's health scenario runs against it)."""
+    """AIC_TEST_LEAVE_DEFAULT_STACK=1: a session that passed ends with the default stack up, deployed only when the
+    last stack module did not leave it (for what runs against it next, e.g. molecule's health scenario)."""
     yield
     if os.environ.get("AIC_TEST_LEAVE_DEFAULT_STACK") == "1" and not request.session.testsfailed:
         local_stack.ensure()
