@@ -495,6 +495,18 @@ def wait_targets(nodes, health, timeout=90):
         time.sleep(1)
 
 
+def wait_alerts(name, want, timeout=30):
+    """Wait until the job's Prometheus has alert ``name`` (pending or firing) for every (job, node) of ``want``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        alerts = requests.get(f"http://{IP['node1']}:9090/api/v1/alerts", timeout=10).json()["data"]["alerts"]
+        seen = {(a["labels"].get("job"), a["labels"].get("node")) for a in alerts if a["labels"]["alertname"] == name}
+        if seen >= want:
+            return
+        assert time.monotonic() < deadline, f"{name} not pending for {want} within {timeout} s: {alerts}"
+        time.sleep(1)
+
+
 def test_a_node_whose_docker_engine_dies_under_load_is_marked_down_named_by_the_next_deploy_and_comes_back(
     cluster, first_rollout
 ):
@@ -519,9 +531,7 @@ def test_a_node_whose_docker_engine_dies_under_load_is_marked_down_named_by_the_
         assert {k: v for k, v in targets_by_node().items() if k[1] != "node2" and k[0] in ("vllm", "lmcache")} == {
             (job, n): "up" for job in ("vllm", "lmcache") for n in ("node1", "node3")
         }
-        alerts = requests.get(f"http://{IP['node1']}:9090/api/v1/alerts", timeout=10).json()["data"]["alerts"]
-        assert {(a["labels"].get("job"), a["labels"].get("node")) for a in alerts
-                if a["labels"]["alertname"] == "AicTargetDown"} >= {("vllm", "node2"), ("lmcache", "node2")}, alerts  # fmt: skip
+        wait_alerts("AicTargetDown", {("vllm", "node2"), ("lmcache", "node2")})
         runner = cluster.deploy(tmp, aic_stack_image=image, aic_rollout_batch_size="100%")
         t1 = time.time()
     assert runner.status == "failed"
