@@ -72,10 +72,11 @@ DEFAULTS = {
     "aic_vllm_drain_timeout": 30,
     # The vLLM containers' healthcheck (a 1-token completion): every interval seconds (0: none), failed when it takes
     # longer than timeout, unhealthy after retries failures in a row; failures in the first start_period seconds
-    # (loading the model) do not count.
-    "aic_vllm_healthcheck_interval": 15,
+    # (loading the model) do not count. One failure is enough: a hung engine shows as unhealthy within interval +
+    # timeout (15 s) of the hang; a 1-token completion that waits longer than the timeout is what a user meets too.
+    "aic_vllm_healthcheck_interval": 5,
     "aic_vllm_healthcheck_timeout": 10,
-    "aic_vllm_healthcheck_retries": 2,
+    "aic_vllm_healthcheck_retries": 1,
     "aic_vllm_healthcheck_start_period": 1200,
     # Host device paths given to the rocm containers ("path" or "host:container"): the GPU compute (kfd) and render
     # (dri) nodes. Sites (or a rehearsal with stand-in device nodes) may point them elsewhere.

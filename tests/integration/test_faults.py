@@ -185,7 +185,7 @@ def test_a_hung_engine_is_unhealthy_failed_by_the_health_check_and_alerted(defau
         hung = time.time()
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        # interval 15 s, timeout 10 s, 2 failures in a row: unhealthy within about 45 s.
+        # interval 5 s, timeout 10 s, one failure: unhealthy within about 15 s.
         wait_for(lambda: health_status("aic-vllm") == "unhealthy", 90, "the container healthcheck says unhealthy")
         assert requests.get(f"{VLLM}/health", timeout=10).status_code == 200  # the lie the healthcheck sees through
         unhealthy_after = time.time() - hung
@@ -210,7 +210,8 @@ def test_a_hung_engine_is_unhealthy_failed_by_the_health_check_and_alerted(defau
     sender.join(timeout=120)
     assert waited.get("text") is not None, waited
     wait_for(lambda: health_status("aic-vllm") == "healthy", 90, "aic-vllm healthy again")
-    assert unhealthy_after < 60, unhealthy_after
+    # Never green for long while completions hang: within the interval and the timeout (and Docker's own seconds).
+    assert unhealthy_after <= 5 + 10 + 5, unhealthy_after
 
 
 def test_a_docker_engine_restart_brings_the_whole_stack_back_by_itself(default, tmp_path):
