@@ -18,9 +18,12 @@ Faults (nothing but the fault is done; recovery is the stack's own: restart poli
 
 Columns: ``recover_s`` from the fault to the end of the first quick completion (under a second) sent after the last
 failed or slow one (0 when none failed and none waited a second); ``failed``: requests sent from the fault until the
-stack answered steadily again that got an error; ``waited_max_s``: the longest successful request among them; ``lost``: ``nothing``, or what did not survive - a prompt stored before
-the fault no longer found in LMCache afterwards (``KV``: LMCache's index lives in its memory, its NIXL POSIX slots
-are new files each start), or Prometheus samples from before the fault gone (``metrics``).
+stack answered steadily again that got an error; ``waited_max_s``: the longest successful request among them;
+``lost``: ``nothing``, or what did not survive - a prompt stored before the fault no longer found in LMCache
+afterwards (``KV``: with NIXL's POSIX store, LMCache's index lives in its memory and its slots are new files each
+start; the ``fs`` L2 backend keeps a file per chunk, found again after a restart), or Prometheus samples from before
+the fault gone (``metrics``). The table's first line names the running LMCache's L2 adapter: run it once per L2
+backend (``make deploy``, then ``ansible-playbook deploy.yml -e aic_lmcache_l2_backend=fs``).
 """
 
 from __future__ import annotations
@@ -234,6 +237,13 @@ def measure(fault, client, freeze_s, settle_s):
     }
 
 
+def l2_of_stack():
+    """The running LMCache server's L2 adapters, as its command line names them (e.g. ``nixl_store POSIX``, ``fs``)."""
+    cmd = engine().containers.get("aic-lmcache").attrs["Config"]["Cmd"]
+    specs = [json.loads(cmd[i + 1]) for i, arg in enumerate(cmd) if arg == "--l2-adapter"]
+    return ", ".join(" ".join(filter(None, [s.get("type"), s.get("backend")])) for s in specs) or "none"
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
@@ -244,6 +254,7 @@ def main():
     args = parser.parse_args()
     faults = [f for f in args.faults.split(",") if f]
     wait_stack()
+    l2 = l2_of_stack()
     rows = []
     with Client(args.period) as client:
         time.sleep(5)
@@ -252,8 +263,9 @@ def main():
             rows.append(measure(fault, client, args.freeze_s, args.settle_s))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     pathlib.Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    pathlib.Path(args.out).write_text(json.dumps({"rows": rows, "results": client.results}, indent=1))
+    pathlib.Path(args.out).write_text(json.dumps({"l2": l2, "rows": rows, "results": client.results}, indent=1))
     columns = ["fault", "inject_s", "recover_s", "requests", "failed", "waited_max_s", "lost"]
+    print(f"LMCache L2: {l2}")
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for row in rows:

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 import math
 
-L2_BACKENDS = ("none", "nixl_posix", "ais_mt", "gds_l1", "nfs")
+L2_BACKENDS = ("none", "nixl_posix", "ais_mt", "gds_l1", "nfs", "fs")
 # Paths inside the LMCache container; the host directories are bind-mounted there.
 CONTAINER_PATHS = {"nvme": "/data/nvme", "nfs": "/data/nfs", "slab": "/data/slab"}
+# The fs backend's directory: on the NVMe dir, apart from NIXL's slot files (another format).
+FS_DIR = "lmcache-fs"
+FS_PATH = f"{CONTAINER_PATHS['nvme']}/{FS_DIR}"
 
 
 def kv_chunk_bytes(chunk_tokens, layers, kv_heads, head_dim, dtype_bytes):
@@ -68,6 +71,11 @@ def l2_adapters(lmcache):
                 "POSIX", f"{CONTAINER_PATHS['nfs']}/lmcache", False, lmcache["posix_slot_size"], lmcache["nfs_pool"]
             )
         ]
+    if backend == "fs":
+        # LMCache's file-system adapter: a file per KV chunk, named after its key (written to a temporary file, then
+        # renamed), looked up on disk - so what it stored survives an LMCache restart (NIXL's slots and LMCache's
+        # index of them do not).
+        return [{"type": "fs", "base_path": FS_PATH, "relative_tmp_dir": "tmp"}]
     return []
 
 

@@ -14,7 +14,12 @@ import ipaddress
 import posixpath
 import re
 
-from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import L2_BACKENDS, kv_chunk_bytes, slot_size_for
+from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import (
+    FS_DIR,
+    L2_BACKENDS,
+    kv_chunk_bytes,
+    slot_size_for,
+)
 from ansible_collections.aic.stack.plugins.module_utils.rollout import RolloutError
 from ansible_collections.aic.stack.plugins.module_utils.rollout import batch_size as rollout_batch_size
 
@@ -554,6 +559,7 @@ def _l2_dirs(v, work):
         "ais_mt": [posixpath.join(nvme, "lmcache")],
         "nfs": [posixpath.join(nfs, "lmcache")],
         "gds_l1": [slab],
+        "fs": [posixpath.join(nvme, FS_DIR)],
     }[v["aic_lmcache_l2_backend"]]
 
 

@@ -23,7 +23,12 @@ def dropped_outcome(host, hostvars, target):
     """The outcome of a node that dropped out of this run before the rollout: the reason a role recorded on it
     (``docker_host_error``: its Docker engine does not answer), else the generic one."""
     facts = hostvars.get(host) or {}
-    return {"state": "dropped", "before": "", "target": target, "cause": facts.get("docker_host_error") or DROPPED_CAUSE}
+    return {
+        "state": "dropped",
+        "before": "",
+        "target": target,
+        "cause": facts.get("docker_host_error") or DROPPED_CAUSE,
+    }
 
 
 class RolloutError(ValueError):
