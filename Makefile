@@ -42,7 +42,7 @@ test: setup
 lint: setup
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
-	$(BIN)/ruff format --check plugins tests
+	$(BIN)/ruff format --check plugins tests bench
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

@@ -130,7 +130,10 @@ def test_a_node_that_dropped_out_before_the_rollout_is_named_with_its_engine_s_e
     # Unreachable from the start, or failed by a play that recorded nothing: the generic reason.
     assert dropped["node3"]["cause"] == dropped["node4"]["cause"] == rollout.DROPPED_CAUSE
     out = rollout.summary(["node1", "node2"], {"node1": {"state": "healthy", "before": "img:b"}, **dropped}, {"node1"})
-    assert out["lines"] == ["node1: healthy, unchanged (img:b)", f"node2: DROPPED before the rollout ({engine}); untouched"]
+    assert out["lines"] == [
+        "node1: healthy, unchanged (img:b)",
+        f"node2: DROPPED before the rollout ({engine}); untouched",
+    ]
     assert out["counts"] == {"healthy": 1, "dropped": 1}
     facts = {h: {"aic_rollout_outcome": o} for h, o in dropped.items()}
     assert rollout_filter.rollout_unfinished(["node2", "node3"], facts) == [
