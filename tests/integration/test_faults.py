@@ -246,14 +246,27 @@ def test_a_docker_engine_restart_brings_the_whole_stack_back_by_itself(default, 
     assert all(count == 0 for count in rerun.stats["changed"].values()), changed_tasks(rerun)
 
 
-def test_an_lmcache_restart_on_spurs_namespace_settings_costs_vllms_start_and_seconds(default, tmp_path):
+def vllm_sum(name):
+    families = text_string_to_metric_families(requests.get(f"{VLLM}/metrics", timeout=10).text)
+    return sum(s.value for f in families for s in f.samples if s.name == name)
+
+
+def test_an_lmcache_restart_on_spurs_namespace_settings_costs_vllms_start_and_seconds_and_the_fs_l2_keeps_kv(
+    default, tmp_path
+):
     """vLLM in LMCache's PID namespace as well (SPUR): LMCache's end takes vLLM's processes with it; the guard and
-    the restart policy bring it back attached, in the same bound."""
-    runner = run_playbook("playbooks/stack.yml", tmp_path, extravars={"aic_vllm_pid_mode": "lmcache"})
+    the restart policy bring it back attached, in the same bound. With the fs L2 backend (a file per chunk, looked
+    up on disk), a prompt stored before the restart is an external hit of the fresh vLLM after it: nothing lost."""
+    extravars = {"aic_vllm_pid_mode": "lmcache", "aic_lmcache_l2_backend": "fs"}
+    runner = run_playbook("playbooks/stack.yml", tmp_path, extravars=extravars)
     assert runner.status == "successful", failures(runner)
     lmcache_id = attrs("aic-lmcache")["Id"]
     assert attrs("aic-vllm")["HostConfig"]["PidMode"] == f"container:{lmcache_id}"
+    assert '"type":"fs"' in " ".join(attrs("aic-lmcache")["Config"]["Cmd"])
     complete()
+    marker = f"kept? {time.time()} " + "Every fault is measured, none is hidden. " * 4  # one whole chunk and more
+    complete(marker, max_tokens=1)
+    time.sleep(2)  # the L2 store is asynchronous
     restarts = attrs("aic-vllm")["RestartCount"]
     fault = time.time()
     lmcache_fault("docker restart")
@@ -265,3 +278,7 @@ def test_an_lmcache_restart_on_spurs_namespace_settings_costs_vllms_start_and_se
     assert recovery - lmcache_back - vllm_start <= PID_SHARED_COST, (recovery, lmcache_back, vllm_start)
     assert recovery <= vllm_start + START_PLUS, (recovery, lmcache_back, vllm_start)
     print(f"SPUR namespaces: completions again after {recovery:.1f} s: LMCache back after {lmcache_back:.1f} s")
+    # The fresh vLLM's own prefix cache is empty: a hit on the marker comes from LMCache's L2 files.
+    before = vllm_sum("vllm:external_prefix_cache_hits_total")
+    complete(marker, max_tokens=1)
+    assert vllm_sum("vllm:external_prefix_cache_hits_total") > before, "the KV stored before the restart was lost"
