@@ -18,6 +18,11 @@ join() {
   step "$what (ran in the background; rc $rc)"
   cat "$log"
   if [[ $rc -ne 0 || $rc_beside -ne 0 ]]; then
+    # The cause, last, where the tail of a CI log shows it (a playbook's profile and recap come after its failure).
+    if [[ $rc -ne 0 ]]; then
+      step "$what: what failed"
+      grep -E -A3 'fatal: \[|failed: \[|FAILED!|ERROR!|^(E|FAILED) ' "$log" | cut -c1-600 | tail -60 || true
+    fi
     echo "$what: rc $rc; the part beside it: rc $rc_beside" >&2
     exit 1
   fi

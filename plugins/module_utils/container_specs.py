@@ -56,14 +56,18 @@ HEALTHCHECK_PROBE = (
 
 
 def vllm_healthcheck(plan, port):
-    """docker_container's healthcheck for the vLLM instance on ``port``; test NONE (explicitly none, so a container
+    """docker_container's healthcheck for the vLLM instance on ``port``: a hung engine fails a probe within
+    ``timeout`` seconds of the hang, however the hang falls between two runs; test NONE (explicitly none, so a container
     that had one is recreated without it) when aic_vllm_healthcheck_interval is 0."""
     check = plan["vllm"]["healthcheck"]
     if not check["interval"]:
         return {"test": ["NONE"]}
-    timeout = int(check["timeout"])
+    interval, timeout = int(check["interval"]), int(check["timeout"])
     url = f"http://127.0.0.1:{port}/v1/completions"
-    probe = ["python3", "-S", "-c", HEALTHCHECK_PROBE, url, plan["vllm"]["model_name"], str(max(timeout - 1, 1))]
+    # The wait for the next run counts: a probe that starts up to interval seconds after the hang began still reports
+    # it within timeout seconds of it (the plan keeps timeout above interval).
+    budget = max(timeout - interval, 1)
+    probe = ["python3", "-S", "-c", HEALTHCHECK_PROBE, url, plan["vllm"]["model_name"], str(budget)]
     return {
         "test": ["CMD", *probe],
         "interval": f"{int(check['interval'])}s",

@@ -75,11 +75,12 @@ DEFAULTS = {
     # Seconds a replaced or stopped vLLM lets its in-flight requests finish (vLLM --shutdown-timeout; new requests
     # are refused meanwhile); the engine gets this plus 10 s before SIGKILL.
     "aic_vllm_drain_timeout": 30,
-    # The vLLM containers' healthcheck (a 1-token completion): every interval seconds (0: none), failed when it takes
-    # longer than timeout, unhealthy after retries failures in a row; failures in the first start_period seconds
-    # (loading the model) do not count. One failure is enough: a hung engine shows as unhealthy within interval +
-    # timeout (15 s) of the hang; a 1-token completion that waits longer than the timeout is what a user meets too.
-    "aic_vllm_healthcheck_interval": 5,
+    # The vLLM containers' healthcheck (a 1-token completion): every interval seconds (0: none); a hung engine is
+    # unhealthy within timeout seconds of the hang (the probe's completion gets timeout - interval seconds, so the
+    # wait for the next probe counts too; timeout must exceed interval), after retries failed probes in a row;
+    # failures in the first start_period seconds (loading the model) do not count. A 1-token completion that waits
+    # longer than timeout - interval (7 s) on a loaded engine counts as a failure too: it is what a user meets.
+    "aic_vllm_healthcheck_interval": 3,
     "aic_vllm_healthcheck_timeout": 10,
     "aic_vllm_healthcheck_retries": 1,
     "aic_vllm_healthcheck_start_period": 1200,
@@ -444,6 +445,12 @@ def validate(values):
         values["aic_rollout_batch_size"] = rollout_batch_size(values["aic_rollout_batch_size"])
     except RolloutError as exc:
         raise PlanError(str(exc)) from exc
+    interval, timeout = values["aic_vllm_healthcheck_interval"], values["aic_vllm_healthcheck_timeout"]
+    if interval and timeout <= interval:
+        raise PlanError(
+            f"aic_vllm_healthcheck_timeout: {timeout} must be longer than aic_vllm_healthcheck_interval ({interval}): "
+            "a hang is reported within the timeout, so the probe's completion gets timeout - interval seconds"
+        )
     for device in values["aic_rocm_devices"]:
         if not re.fullmatch(r"/[^:\s]+(:/[^:\s]+)?", device):
             raise PlanError(f"aic_rocm_devices: {device!r} is not an absolute device path or host:container pair")

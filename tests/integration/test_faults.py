@@ -39,6 +39,9 @@ PID_SHARED_COST = 12
 # The operator's bound: completions work again within vLLM's own start time plus this many seconds of the fault
 # (LMCache's own restart included).
 START_PLUS = 15
+# Docker's own part in a healthcheck verdict: starting the probe's exec and recording its result (seconds, on a
+# loaded two-core machine).
+HEALTH_SLACK = 3
 
 
 def complete(prompt="The capital of France is", max_tokens=4, timeout=10):
@@ -185,7 +188,7 @@ def test_a_hung_engine_is_unhealthy_failed_by_the_health_check_and_alerted(defau
         hung = time.time()
         sender = threading.Thread(target=send, daemon=True)
         sender.start()
-        # interval 5 s, timeout 10 s, one failure: unhealthy within about 15 s.
+        # interval 3 s, timeout 10 s, one failure: unhealthy within the timeout of the hang.
         wait_for(lambda: health_status("aic-vllm") == "unhealthy", 90, "the container healthcheck says unhealthy")
         assert requests.get(f"{VLLM}/health", timeout=10).status_code == 200  # the lie the healthcheck sees through
         unhealthy_after = time.time() - hung
@@ -210,8 +213,9 @@ def test_a_hung_engine_is_unhealthy_failed_by_the_health_check_and_alerted(defau
     sender.join(timeout=120)
     assert waited.get("text") is not None, waited
     wait_for(lambda: health_status("aic-vllm") == "healthy", 90, "aic-vllm healthy again")
-    # Never green for long while completions hang: within the interval and the timeout (and Docker's own seconds).
-    assert unhealthy_after <= 5 + 10 + 5, unhealthy_after
+    # Never green while completions hang for more than the healthcheck's timeout (10 s; Docker's own exec of the
+    # probe and its status update get HEALTH_SLACK on a loaded machine).
+    assert unhealthy_after <= 10 + HEALTH_SLACK, unhealthy_after
 
 
 def test_a_docker_engine_restart_brings_the_whole_stack_back_by_itself(default, tmp_path):

@@ -7,8 +7,8 @@ POSIX L2 on every node, one Prometheus for the job. Stand-ins (inventories/rehea
 rocm one, the tiny model, fake GPU device nodes, scaled pools.
 
 The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
-changes nothing -> a bad image stopped at the canary -> a good image rolled out under load, canary first,
-in-flight requests drained -> node2's Docker engine crashes under load (marked down, named by the next deploy, back
+changes nothing -> a bad image stopped at the canary (deployed with fewer devices, which the rollback keeps) -> a
+good image rolled out under load, canary first, in-flight requests drained, the default devices back -> node2's Docker engine crashes under load (marked down, named by the next deploy, back
 when the engine is) -> the cliff benchmark as a job on node3 -> a rollout during which node2's sshd and node3's
 slurmd die.
 """
@@ -289,7 +289,11 @@ def test_a_bad_image_stops_at_the_canary_which_rolls_back_and_serves(cluster, fi
     others = started(["node2", "node3"])
     # No short health timeout: the health role watches the container, so the canary fails as soon as vLLM exits; the
     # rollback's own vLLM then has the default time to start (the cores are shared with the other test lane in CI).
-    runner = cluster.deploy(tmp, aic_stack_image="aic-stack-cpu:rehearsal-broken", aic_rollout_batch_size="100%")
+    # The run also takes /dev/dri away (a device setting to revert: the next rollout deploys the default again).
+    runner = cluster.deploy(
+        tmp, aic_stack_image="aic-stack-cpu:rehearsal-broken", aic_rollout_batch_size="100%",
+        aic_rocm_devices=[KFD],
+    )  # fmt: skip
     assert runner.status == "failed"
     messages = " ".join(failures(runner))
     assert "Rollout of aic-stack-cpu:rehearsal-broken failed on node1" in messages, messages
@@ -302,6 +306,22 @@ def test_a_bad_image_stops_at_the_canary_which_rolls_back_and_serves(cluster, fi
     assert inspect("node1", "aic-vllm", "{{.Config.Image}}") == good
     assert complete("node1").status_code == 200
     assert started(["node2", "node3"]) == others
+    # The rollback restores the image with the run's settings: the canary's containers have the one device asked for.
+    assert devices("node1") == {"aic-lmcache": {"/dev/kfd"}, "aic-vllm": {"/dev/kfd"}}
+    assert devices("node2") == DEFAULT_DEVICES
+
+
+# The rehearsal inventory's device that stands in for the GPU compute node (its /dev/dri is the other default one).
+KFD = "{{ aic_rehearsal_kfd }}:/dev/kfd"
+DEFAULT_DEVICES = {"aic-lmcache": {"/dev/kfd", "/dev/dri"}, "aic-vllm": {"/dev/kfd", "/dev/dri"}}
+
+
+def devices(node):
+    """The devices of node's LMCache and vLLM containers, by their path in the container."""
+    return {
+        name: {d["PathInContainer"] for d in json.loads(inspect(node, name, "{{json .HostConfig.Devices}}")) or []}
+        for name in ("aic-lmcache", "aic-vllm")
+    }
 
 
 TURN_STARTS = "Note where this node starts"
@@ -407,6 +427,8 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     for node in NODES:
         assert lines[node].startswith(f"{node}: healthy") and lines[node].endswith("-> aic-stack-cpu:rehearsal-next")
         assert inspect(node, "aic-vllm", "{{.Config.Image}}") == "aic-stack-cpu:rehearsal-next"
+        # The devices the bad image's run took away from the canary are back (the next deploy reruns with no change).
+        assert devices(node) == DEFAULT_DEVICES, node
 
     stopped = {n: vllm_events(n, t0, t1, "kill") for n in NODES}
     back = {n: vllm_events(n, t0, t1, "start") for n in NODES}

@@ -209,7 +209,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "pid_mode": "",
         "heartbeat_interval": 900,
         "drain_timeout": 30,
-        "healthcheck": {"interval": 5, "timeout": 10, "retries": 1, "start_period": 1200},
+        "healthcheck": {"interval": 3, "timeout": 10, "retries": 1, "start_period": 1200},
         "lmcache": True,
     }
     assert plan["lmcache"] == {

@@ -63,9 +63,9 @@ def engine(request):
     server.server_close()
 
 
-def probe(engine, timeout=10):
+def probe(engine, timeout=10, interval=3):
     """Run the healthcheck's CMD as Docker would, with this interpreter as the container's python3."""
-    plan, _ = build_plan({"aic_vllm_healthcheck_timeout": timeout})
+    plan, _ = build_plan({"aic_vllm_healthcheck_timeout": timeout, "aic_vllm_healthcheck_interval": interval})
     test = vllm_healthcheck(plan, engine.server_address[1])["test"]
     assert test[:2] == ["CMD", "python3"]
     start = time.monotonic()
@@ -89,27 +89,41 @@ def test_an_engine_that_completes_nothing_is_unhealthy(engine):
 
 
 @pytest.mark.parametrize("engine", ["hang"], indirect=True)
-def test_a_hung_engine_is_unhealthy_within_the_timeout(engine):
-    proc, took = probe(engine, timeout=3)
+def test_a_hung_engine_fails_the_probe_within_the_timeout_minus_the_interval(engine):
+    proc, took = probe(engine, timeout=4, interval=2)
     assert proc.returncode != 0
     assert "timed out" in proc.stderr
-    # Its own timeout is one second under Docker's, so the probe reports the hang itself, with a reason.
-    assert took < 3
+    # Its completion gets timeout - interval (2 s): a hang that began just after the last run passed waits up to the
+    # interval for the next one, which then reports it, with a reason, within the timeout of the hang.
+    assert 2 <= took < 4
 
 
-def test_the_probe_gives_itself_a_second_less_than_docker_and_honours_the_plan():
+def test_the_probe_gets_the_timeout_minus_the_interval_and_honours_the_plan():
     plan, _ = build_plan(
         {
             "aic_vllm_healthcheck_interval": 7,
-            "aic_vllm_healthcheck_timeout": 5,
+            "aic_vllm_healthcheck_timeout": 12,
             "aic_vllm_healthcheck_retries": 4,
             "aic_vllm_healthcheck_start_period": 90,
         }
     )
     check = vllm_healthcheck(plan, 8001)
-    assert check["test"][-3:] == ["http://127.0.0.1:8001/v1/completions", "tiny-llama", "4"]
-    assert (check["interval"], check["timeout"], check["retries"], check["start_period"]) == ("7s", "5s", 4, "90s")
+    assert check["test"][-3:] == ["http://127.0.0.1:8001/v1/completions", "tiny-llama", "5"]
+    assert (check["interval"], check["timeout"], check["retries"], check["start_period"]) == ("7s", "12s", 4, "90s")
     assert vllm_spec(plan)["healthcheck"]["test"][-3] == "http://127.0.0.1:8000/v1/completions"
+
+
+def test_the_default_reports_a_hang_within_ten_seconds():
+    plan, _ = build_plan({})
+    check = vllm_healthcheck(plan, 8000)
+    assert (check["interval"], check["timeout"], check["retries"]) == ("3s", "10s", 1)
+    assert check["test"][-1] == "7"
+
+
+@pytest.mark.parametrize(("interval", "timeout"), [(5, 5), (10, 4)])
+def test_a_timeout_not_above_the_interval_is_refused_naming_both(interval, timeout):
+    with pytest.raises(Exception, match="aic_vllm_healthcheck_timeout.*aic_vllm_healthcheck_interval"):
+        build_plan({"aic_vllm_healthcheck_interval": interval, "aic_vllm_healthcheck_timeout": timeout})
 
 
 def test_interval_zero_means_explicitly_no_healthcheck():
