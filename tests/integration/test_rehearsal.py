@@ -486,20 +486,32 @@ def engine_pids(node):
     return sorted(found, key=int)
 
 
-def revive_dockerd(node):
-    """Start node's Docker engine again, in the node's own namespaces, as the bed's node init starts it (what the
-    node's service manager does after a crash). Its containers come back through their restart policies."""
-    (slurmd,) = node_pids(node, "slurmd")  # in the node's network, mount and UTS namespaces
-    log = open(BED / "nodes" / node / "dockerd.log", "ab")  # noqa: SIM115 - handed to the detached dockerd
+def node_pids(node, comm):
+    return [p for p in sh("ip", "netns", "pids", f"aicreh-{node[-1]}").stdout.split()
+            if pathlib.Path(f"/proc/{p}/comm").read_text().strip() == comm]  # fmt: skip
+
+
+def start_on_node(node, via, argv, what, ready, timeout):
+    """Start a node daemon again as the bed's node init starts it (what the node's service manager does after a
+    crash): ``argv`` detached, in the node's network, mount and UTS namespaces (those of its process ``via``), its
+    output appended to the node's ``<what>.log``; wait until the shell command ``ready`` succeeds on the node."""
+    (pid,) = node_pids(node, via)
+    log = open(BED / "nodes" / node / f"{what}.log", "ab")  # noqa: SIM115 - handed to the detached daemon
     subprocess.Popen(
-        ["nsenter", "-t", slurmd, "-n", "-m", "-u", "--", "dockerd", "--config-file", str(BED / "daemon.json"),
-         "--pidfile", "/run/docker.pid", "--authorization-plugin=aic-pidhost"],
+        ["nsenter", "-t", pid, "-n", "-m", "-u", "--", *argv],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
     )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while on_node(node, "docker info -f '{{.ServerVersion}}'", check=False, timeout=10).returncode != 0:
-        assert time.monotonic() < deadline, f"{node}: its Docker engine did not come back"
+    deadline = time.monotonic() + timeout
+    while on_node(node, ready, check=False, timeout=10).returncode != 0:
+        assert time.monotonic() < deadline, f"{node}: {what} did not come back within {timeout} s"
         time.sleep(1)
+
+
+def revive_dockerd(node):
+    """Start node's Docker engine again; its containers come back through their restart policies."""
+    argv = ["dockerd", "--config-file", str(BED / "daemon.json"), "--pidfile", "/run/docker.pid",
+            "--authorization-plugin=aic-pidhost"]  # fmt: skip
+    start_on_node(node, "slurmd", argv, "dockerd", "docker info -f '{{.ServerVersion}}'", timeout=60)
 
 
 def targets_by_node(node="node1"):
@@ -650,23 +662,10 @@ def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.9", cmd
 
 
-def node_pids(node, comm):
-    return [p for p in sh("ip", "netns", "pids", f"aicreh-{node[-1]}").stdout.split()
-            if pathlib.Path(f"/proc/{p}/comm").read_text().strip() == comm]  # fmt: skip
-
-
 def revive_sshd(node):
-    """Start node's sshd again, in the node's own namespaces (those of its dockerd), as the bed's node init does."""
-    (dockerd,) = node_pids(node, "dockerd")
-    log = open(BED / "nodes" / node / "sshd.log", "ab")  # noqa: SIM115 - handed to the detached sshd
-    subprocess.Popen(
-        ["nsenter", "-t", dockerd, "-n", "-m", "-u", "--", "/usr/sbin/sshd", "-D", "-e", "-f", str(BED / "sshd_config")],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while on_node(node, "true", check=False, timeout=10).returncode != 0:
-        assert time.monotonic() < deadline, f"{node}: sshd did not come back"
-        time.sleep(1)
+    """Start node's sshd again (the node's namespaces are those of its dockerd)."""
+    argv = ["/usr/sbin/sshd", "-D", "-e", "-f", str(BED / "sshd_config")]
+    start_on_node(node, "dockerd", argv, "sshd", "true", timeout=30)
 
 
 def test_nodes_whose_slurmd_or_sshd_go_away_mid_rollout_are_named_and_the_others_finish(cluster, first_rollout):
