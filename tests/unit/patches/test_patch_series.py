@@ -19,7 +19,17 @@ VLLM_SERIES = [
     "01-rocm-trust-torch-hip-when-amdsmi-sees-no-devices.patch",
     "02-rocm-gcn-arch-warning-to-stderr.patch",
 ]
-LMCACHE_SERIES = ["09-nixl-serialise-make-prepped-xfer.patch"]
+LMCACHE_SERIES = [
+    "01-vllm-cache-salt-isolates-keys.patch",
+    "02-local-cpu-controller-sender-warning-to-debug.patch",
+    "03-gds-no-eviction-warning-to-debug.patch",
+    "04-chunk-statistics-hash-with-engine-config.patch",
+    "05-nixl-storage-ais-mt-file-backend.patch",
+    "06-gds-l1-slab-gauges-and-dma-counters.patch",
+    "07-nixl-l2-ais-mt-and-l1-required.patch",
+    "08-nixl-l2-file-size-must-hold-a-chunk.patch",
+    "09-nixl-serialise-make-prepped-xfer.patch",
+]
 SERIES = {"vllm": VLLM_SERIES, "lmcache": LMCACHE_SERIES}
 REFS = {"vllm": "v0.26.0", "lmcache": "v0.5.2"}
 PROJECTS = sorted(SERIES)
@@ -59,10 +69,24 @@ def test_real_series_applies_to_pinned_source(pinned_sources, project):
 
 def test_real_series_touch_the_files_the_issue_names():
     files = {r: patching.touched_paths(str(_series_dir(p) / r)) for p, names in SERIES.items() for r in names}
+    nixl_l2 = ["lmcache/v1/distributed/l2_adapters/nixl_store_l2_adapter.py"]
+    record_strategies = "lmcache/v1/lookup_client/record_strategies"
     assert files == {
         VLLM_SERIES[0]: ["vllm/platforms/__init__.py"],
         VLLM_SERIES[1]: ["vllm/platforms/rocm.py"],
-        LMCACHE_SERIES[0]: ["lmcache/v1/distributed/l2_adapters/nixl_store_l2_adapter.py"],
+        LMCACHE_SERIES[0]: ["lmcache/integration/vllm/vllm_v1_adapter.py"],
+        LMCACHE_SERIES[1]: ["lmcache/v1/storage_backend/local_cpu_backend.py"],
+        LMCACHE_SERIES[2]: ["lmcache/v1/storage_backend/gds_backend.py"],
+        LMCACHE_SERIES[3]: [
+            f"{record_strategies}/base.py",
+            f"{record_strategies}/file_hash.py",
+            f"{record_strategies}/memory_bloom_filter.py",
+        ],
+        LMCACHE_SERIES[4]: ["lmcache/v1/storage_backend/nixl_storage_backend.py"],
+        LMCACHE_SERIES[5]: ["lmcache/v1/distributed/l1_manager.py", "lmcache/v1/gpu_connector/gds_context.py"],
+        LMCACHE_SERIES[6]: nixl_l2,
+        LMCACHE_SERIES[7]: nixl_l2,
+        LMCACHE_SERIES[8]: nixl_l2,
     }
 
 
@@ -269,7 +293,10 @@ def test_fail_on_merged(pristine_copy, run_series, git_apply):
     assert result["msg"] == (
         f"patch {LMCACHE_SERIES[0]} is already merged in {source} (lmcache v0.5.2): remove it from the series"
     )
-    assert result["merged"] == LMCACHE_SERIES
+    assert result["merged"] == LMCACHE_SERIES[:1]
+    assert [(p["name"], p["status"]) for p in result["patches"]] == [(LMCACHE_SERIES[0], "merged")] + [
+        (name, "applies") for name in LMCACHE_SERIES[1:]
+    ]
 
 
 # -- (5) state=applied is idempotent; check mode ------------------------------------------------
