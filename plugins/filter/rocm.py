@@ -17,6 +17,7 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.aic.stack.plugins.filter.stack import content_tag
+from ansible_collections.aic.stack.plugins.module_utils.plan import INDEX_URL_RE, VLLM_RELEASE_RE, VLLM_WHEEL_ARCHES
 
 ARCH_VAR = "aic_rocm_arches"
 # Every arch the rocm flavour knows, in generation order (also the order builds list their arches in).
@@ -32,9 +33,12 @@ KNOWN_ARCHES = (
     "gfx1200",
     "gfx1201",
 )
-# Arch sets entirely inside this one install vLLM's prebuilt ROCm wheel instead of building vLLM from source.
-WHEEL_ARCHES = frozenset({"gfx942", "gfx950"})
+# vLLM's prebuilt ROCm wheel covers only these arches: a wheel build's arch set must lie inside it. Whether a build
+# uses the wheel is the plan's decision (aic_vllm_install, resolved to aic_plan.images.rocm.vllm_install by
+# plugins/module_utils/plan.py's vllm_install_for); the matrix carries it as each build's vllm_source.
+WHEEL_ARCHES = frozenset(VLLM_WHEEL_ARCHES)
 VLLM_SOURCES = ("wheel", "source")
+INSTALL_VAR = "aic_vllm_install"
 
 # Build inputs (keys of _image_build_rocm) -> the public variable an error should name.
 INPUT_VARS = {
@@ -92,13 +96,14 @@ TAG_LABELS = {
 }
 DEFAULT_PREFIX_FIELDS = {
     "base": ("ROCM_VERSION", "TORCH_VERSION", "NIXL_REF", "PYTORCH_ROCM_ARCH"),
-    "stack": ("AIC_VERSION", "ROCM_VERSION", "VLLM_REF", "LMCACHE_REF", "NIXL_REF", "PYTORCH_ROCM_ARCH"),
+    # VLLM_SOURCE shows how vLLM got in (wheel or source): two images of one arch set and pins differ by it.
+    "stack": ("AIC_VERSION", "ROCM_VERSION", "VLLM_REF", "VLLM_SOURCE", "LMCACHE_REF", "NIXL_REF", "PYTORCH_ROCM_ARCH"),
 }
 TAG_MAX = 128  # Docker's limit for a tag
 
 _REF_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/+-]{0,199}$")
-_RELEASE_RE = re.compile(r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.+-]*)?$")
-_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]+$")
+_RELEASE_RE = VLLM_RELEASE_RE
+_URL_RE = INDEX_URL_RE
 _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 _VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
 _CERT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.crt$")
@@ -167,21 +172,36 @@ def _build(arches, vllm_source):
     }
 
 
-def rocm_build_matrix(arches, consumer_split=True):
+def rocm_build_matrix(arches, vllm_install, consumer_split=True):
     """The list of rocm images to build for an arch set.
 
-    ``arches`` is a list or a ';'/','-separated string ("gfx942;gfx950"). A set entirely inside {gfx942, gfx950}
-    gives ONE build that installs vLLM's prebuilt ROCm wheel. Any other set builds vLLM from source: with
-    ``consumer_split`` every consumer arch (gfx11xx, gfx12xx) gets its own image and the datacenter arches share one;
-    without it the whole set is one image. Each build is ``{arches, arch_list, vllm_source, suffix}``, arches in
-    generation order (gfx90a, gfx942, gfx950, gfx1100, ... gfx1201).
+    ``arches`` is a list or a ';'/','-separated string ("gfx942;gfx950"). ``vllm_install`` is how vLLM gets into
+    the images, as the plan resolved aic_vllm_install for this set (``aic_plan.images.rocm.vllm_install``):
+    ``wheel`` gives ONE build that installs vLLM's prebuilt ROCm wheel (the set must lie inside {gfx942, gfx950});
+    ``source`` builds vLLM from source: with ``consumer_split`` every consumer arch (gfx11xx, gfx12xx) gets its own
+    image and the datacenter arches share one; without it the whole set is one image. ``auto`` is refused: the
+    plan decides it (it needs the wheel index and the vLLM ref). Each build is ``{arches, arch_list, vllm_source,
+    suffix}``, arches in generation order (gfx90a, gfx942, gfx950, gfx1100, ... gfx1201).
     """
     try:
         split = boolean(consumer_split, strict=True)
     except TypeError:
         raise AnsibleFilterError(f"{ARCH_VAR}: consumer_split must be a boolean, got {consumer_split!r}")
+    if vllm_install not in VLLM_SOURCES:
+        hint = (
+            " (auto is resolved by the plan: pass aic_plan.images.rocm.vllm_install)" if vllm_install == "auto" else ""
+        )
+        raise AnsibleFilterError(
+            f"{INSTALL_VAR}: rocm_build_matrix needs {' or '.join(VLLM_SOURCES)}, got {vllm_install!r}{hint}"
+        )
     selected = _parse_arches(arches)
-    if set(selected) <= WHEEL_ARCHES:
+    if vllm_install == "wheel":
+        outside = [arch for arch in selected if arch not in WHEEL_ARCHES]
+        if outside:
+            raise AnsibleFilterError(
+                f"{INSTALL_VAR}: wheel needs {ARCH_VAR} inside {', '.join(sorted(WHEEL_ARCHES))}; "
+                f"{', '.join(outside)} must be built from source"
+            )
         return [_build(selected, "wheel")]
     if not split:
         return [_build(selected, "source")]

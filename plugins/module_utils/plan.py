@@ -50,12 +50,20 @@ DEFAULTS = {
     "aic_rocm_base_image": "rocm/dev-ubuntu-24.04:7.14.0-full",
     "aic_rocm_version": "7.14.0",
     "aic_vllm_ref": "v0.26.0",
-    "aic_vllm_wheel_index_url": "https://wheels.vllm.ai/rocm/0.26.0/rocm7140",
+    # How the rocm image gets vLLM: auto, source or wheel (see vllm_install_for). auto takes vLLM's prebuilt ROCm
+    # wheel only where it fits (arches inside VLLM_WHEEL_ARCHES, a wheel index configured, a release ref) and
+    # builds from source otherwise.
+    "aic_vllm_install": "auto",
+    # Index of vLLM's prebuilt ROCm wheels for this ROCm/torch pair; empty = none (no index was ever published for
+    # ROCm 7.14 with AMD's torch, so there is no default: a site on the wheel's own ROCm/torch pair sets one).
+    "aic_vllm_wheel_index_url": "",
     "aic_lmcache_ref": "v0.5.2",
     "aic_nixl_ref": "v1.3.2",
     "aic_torch_index_url": "https://repo.amd.com/rocm/whl-multi-arch/",
     "aic_rocm_sdk_index_url": "https://repo.amd.com/rocm/whl-multi-arch/",
     "aic_torch_version": "2.12.0",
+    # Parallel compile jobs of the rocm builds (MAX_JOBS, make -j, ninja -j); 0 = auto: the build host's cores, but
+    # at most one job per 4 GiB of its available memory (one hipcc job for several arches takes a few GiB).
     "aic_build_jobs": 0,
     "aic_vllm_port": 8000,
     # vLLM containers per node: 0 = one per GPU of aic_gpus (rocm) or one (cpu). Instance i listens on
@@ -215,6 +223,13 @@ NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
 PATH_FIELDS = ("aic_artifact_dir", "aic_hf_home", "aic_lmcache_nvme_dir", "aic_lmcache_nfs_dir", "aic_lmcache_slab_dir")
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
 DURATION_RE = re.compile(r"^[0-9]+(ms|s|m|h)$")
+# aic_vllm_install: auto (wheel where it fits, else source), source (build vLLM against the base image's torch) or
+# wheel (vLLM's prebuilt ROCm wheel, which exists only for these arches and for releases).
+VLLM_INSTALLS = ("auto", "source", "wheel")
+VLLM_WHEEL_ARCHES = ("gfx942", "gfx950")
+# A pip index URL as the rocm build accepts it (plugins/filter/rocm.py uses the same): no spaces, quotes or '$'.
+INDEX_URL_RE = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!&()*+,;=%-]+$")
+VLLM_RELEASE_RE = re.compile(r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][A-Za-z0-9.+-]*)?$")
 # Prometheus's own port inside its container; the published host port is aic_prometheus_port.
 PROMETHEUS_INTERNAL_PORT = 9090
 MONITORING_MODES = ("auto", "full", "prometheus_only")
@@ -462,6 +477,10 @@ def validate(values):
             f"aic_lmcache_l2_backend: unknown backend {values['aic_lmcache_l2_backend']!r} "
             f"(choose one of {', '.join(L2_BACKENDS)})"
         )
+    index = values["aic_vllm_wheel_index_url"]
+    if index and not INDEX_URL_RE.match(index):
+        raise PlanError(f"aic_vllm_wheel_index_url: {index!r} is not an http(s) URL (empty: no wheel index)")
+    vllm_install_for(values["aic_vllm_install"], values["aic_rocm_arches"], index, values["aic_vllm_ref"])
     for name in PATH_FIELDS:
         if values[name] and not posixpath.isabs(values[name]):
             raise PlanError(f"{name}: {values[name]!r} must be an absolute path")
@@ -503,6 +522,57 @@ def validate(values):
             f"aic_lmcache_chunk_size: {values['aic_lmcache_chunk_size']} exceeds aic_vllm_max_model_len "
             f"{values['aic_vllm_max_model_len']}; no chunk would ever be stored"
         )
+
+
+def rocm_arch_names(arches):
+    """The arch names of aic_rocm_arches (a list, or a ';'/','-separated string), lower-case, in input order.
+
+    Only what vllm_install_for needs; the filter aic.stack.rocm_build_matrix checks the names themselves."""
+    items = [arches] if isinstance(arches, str) else list(arches or [])
+    names = []
+    for item in items:
+        for name in re.split(r"[;,\s]+", str(item)):
+            if name and name.lower() not in names:
+                names.append(name.lower())
+    return names
+
+
+def vllm_install_for(choice, arches, wheel_index_url, vllm_ref):
+    """How the rocm image gets vLLM: ``"wheel"`` or ``"source"``, or PlanError naming the fields.
+
+    ``choice`` is aic_vllm_install. vLLM's prebuilt ROCm wheel fits only when every arch is one it is built for
+    (VLLM_WHEEL_ARCHES), an index of wheels for this ROCm/torch pair is configured (aic_vllm_wheel_index_url) and
+    vLLM is pinned to a release (aic_vllm_ref; wheels exist for releases only). ``auto`` takes the wheel exactly
+    then and builds from source otherwise; ``wheel`` demands it (PlanError naming what does not fit); ``source``
+    always builds from source, against the base image's torch.
+    """
+    if choice not in VLLM_INSTALLS:
+        raise PlanError(f"aic_vllm_install: {choice!r} is not one of {', '.join(VLLM_INSTALLS)}")
+    if choice == "source":
+        return "source"
+    names = rocm_arch_names(arches)
+    outside = [name for name in names if name not in VLLM_WHEEL_ARCHES]
+    problems = []
+    if not names:
+        problems.append("aic_rocm_arches is empty")
+    elif outside:
+        problems.append(
+            f"aic_rocm_arches has {', '.join(outside)}, and vLLM's prebuilt ROCm wheel is built only for "
+            f"{', '.join(VLLM_WHEEL_ARCHES)}"
+        )
+    if not wheel_index_url:
+        problems.append("aic_vllm_wheel_index_url is empty (no index of prebuilt wheels for this ROCm/torch pair)")
+    if not VLLM_RELEASE_RE.match(vllm_ref):
+        problems.append(f"aic_vllm_ref {vllm_ref!r} is not a release like v0.26.0 (wheels exist for releases only)")
+    if not problems:
+        return "wheel"
+    if choice == "auto":
+        return "source"
+    raise PlanError(
+        "aic_vllm_install: wheel does not fit: "
+        + "; ".join(problems)
+        + " - use aic_vllm_install: source (or auto, which builds from source here)"
+    )
 
 
 def _check_advertise_address(value):
@@ -720,6 +790,11 @@ def build_plan(inputs):
                 "base_image": v["aic_rocm_base_image"],
                 "rocm_version": v["aic_rocm_version"],
                 "vllm_ref": v["aic_vllm_ref"],
+                # aic_vllm_install resolved for this arch set: "wheel" or "source" (never "auto"); the build
+                # matrix carries it as each build's vllm_source, a build arg, so it is part of the image tag.
+                "vllm_install": vllm_install_for(
+                    v["aic_vllm_install"], v["aic_rocm_arches"], v["aic_vllm_wheel_index_url"], v["aic_vllm_ref"]
+                ),
                 "vllm_wheel_index_url": v["aic_vllm_wheel_index_url"],
                 "lmcache_ref": v["aic_lmcache_ref"],
                 "nixl_ref": v["aic_nixl_ref"],

@@ -24,8 +24,14 @@ HERE = pathlib.Path(__file__).resolve().parent
 GOLDEN = HERE / "golden"
 TEMPLATES = HERE.parents[2] / "roles" / "image_build" / "templates"
 TEMPLATE = {"base": "Dockerfile.rocm-base.j2", "stack": "Dockerfile.rocm.j2"}
-# The three arch sets of the issue: two on the prebuilt-wheel path, one built from source.
-CASES = {"gfx942-gfx950": "gfx942;gfx950", "gfx950": "gfx950", "gfx1151": "gfx1151"}
+# Golden case -> (arch set, aic_vllm_install). SPUR (gfx950) builds vLLM from source; a site whose ROCm/torch pair
+# has vLLM's wheel index configured installs the prebuilt wheel on gfx942+gfx950; a consumer arch (gfx1151) always
+# builds from source, in an image of its own.
+CASES = {
+    "gfx942-gfx950": ("gfx942;gfx950", "wheel"),
+    "gfx950": ("gfx950", "source"),
+    "gfx1151": ("gfx1151", "source"),
+}
 # Build args the role adds to rocm_build_args(): not hashed (BUILD_JOBS does not change the image, AIC_INPUTS is
 # the hash).
 ROLE_ARGS = {"BUILD_JOBS", "AIC_INPUTS"}
@@ -107,7 +113,7 @@ def case(request):
 
 @pytest.mark.parametrize("image", ["base", "stack"])
 def test_rendered_dockerfile_matches_golden(image, case):
-    text = render(image, make_inputs(CASES[case]))
+    text = render(image, make_inputs(*CASES[case]))
     path = GOLDEN / f"{TEMPLATE[image].removesuffix('.j2').removeprefix('Dockerfile.')}.{case}.Dockerfile"
     if os.environ.get("UPDATE_GOLDEN") == "1":
         GOLDEN.mkdir(exist_ok=True)
@@ -130,7 +136,7 @@ def test_every_golden_file_belongs_to_a_case():
 
 @pytest.mark.parametrize("image", ["base", "stack"])
 def test_from_reads_the_base_from_a_build_arg(image, case):
-    inputs = make_inputs(CASES[case])
+    inputs = make_inputs(*CASES[case])
     commands = parse(render(image, inputs))
     arg, ref = (
         ("ROCM_BASE_IMAGE", inputs["base_image"]) if image == "base" else ("AIC_BASE_IMAGE", inputs["deps_image"])
@@ -143,7 +149,7 @@ def test_from_reads_the_base_from_a_build_arg(image, case):
 
 @pytest.mark.parametrize("image", ["base", "stack"])
 def test_args_are_exactly_the_build_args_with_their_values_as_defaults(image, case):
-    inputs = make_inputs(CASES[case])
+    inputs = make_inputs(*CASES[case])
     args = rocm_build_args(inputs, image)
     declared = declared_args(parse(render(image, inputs)))
     extra = {"VLLM_GIT_URL"} if image == "stack" and inputs["vllm_source"] == "source" else set()
@@ -156,7 +162,7 @@ def test_args_are_exactly_the_build_args_with_their_values_as_defaults(image, ca
 @pytest.mark.parametrize("image", ["base", "stack"])
 def test_variables_in_instructions_are_declared_args(image, case):
     """FROM, COPY, ENV and LABEL only read ARGs declared before them (so build args decide every value)."""
-    commands = parse(render(image, make_inputs(CASES[case])))
+    commands = parse(render(image, make_inputs(*CASES[case])))
     global_args, stage_args, env = set(), set(), {"PATH"}
     in_stage = False
     for command in commands:
@@ -178,7 +184,7 @@ def test_variables_in_instructions_are_declared_args(image, case):
 
 
 def test_stack_labels_every_pin_from_the_build_args(case):
-    inputs = make_inputs(CASES[case])
+    inputs = make_inputs(*CASES[case])
     args = rocm_build_args(inputs)
     labels = {}
     for command in instructions(parse(render("stack", inputs)), "LABEL"):
@@ -198,7 +204,7 @@ def test_stack_labels_every_pin_from_the_build_args(case):
 
 
 def test_base_labels_its_pins_from_the_build_args(case):
-    inputs = make_inputs(CASES[case])
+    inputs = make_inputs(*CASES[case])
     labels = {}
     for command in instructions(parse(render("base", inputs)), "LABEL"):
         labels.update(pairs(command))
@@ -218,7 +224,7 @@ def test_stack_version_and_inputs_are_declared_last():
 
 def test_stack_bakes_the_runtime_env(case):
     env = {}
-    for command in instructions(parse(render("stack", make_inputs(CASES[case]))), "ENV"):
+    for command in instructions(parse(render("stack", make_inputs(*CASES[case]))), "ENV"):
         env.update(pairs(command))
     for name, value in BAKED_ENV.items():
         assert env[name] == value
@@ -226,13 +232,13 @@ def test_stack_bakes_the_runtime_env(case):
 
 @pytest.mark.parametrize("image", ["base", "stack"])
 def test_no_ld_library_path_anywhere(image, case):
-    for command in parse(render(image, make_inputs(CASES[case]))):
+    for command in parse(render(image, make_inputs(*CASES[case]))):
         assert "LD_LIBRARY_PATH" not in command.original, command.original
 
 
 @pytest.mark.parametrize("image", ["base", "stack"])
 def test_classic_builder_compatible(image, case):
-    text = render(image, make_inputs(CASES[case]))
+    text = render(image, make_inputs(*CASES[case]))
     assert not re.search(r"(?im)^#\s*syntax\s*=", text)
     commands = parse(text)
     assert all(not c.heredocs for c in commands)
@@ -244,7 +250,7 @@ def test_classic_builder_compatible(image, case):
 @pytest.mark.parametrize("image", ["base", "stack"])
 def test_every_run_is_strict_and_valid_bash(image, case):
     bash = shutil.which("bash")
-    for run in runs(parse(render(image, make_inputs(CASES[case])))):
+    for run in runs(parse(render(image, make_inputs(*CASES[case])))):
         assert run.startswith("set -eux; "), run[:60]
         assert "|| true" not in run and "||true" not in run
         result = subprocess.run([bash, "-n", "-o", "pipefail", "-c", run], capture_output=True, text=True)
@@ -263,7 +269,7 @@ def test_run_variables_are_defined(image, case):
     """Every RUN runs under set -u: each variable it reads must be an ARG/ENV declared before it, exported by
     /opt/aic/env.sh (sourced first) or assigned in the RUN itself."""
     known = {"PATH"}
-    for command in parse(render(image, make_inputs(CASES[case]))):
+    for command in parse(render(image, make_inputs(*CASES[case]))):
         if command.cmd == "ARG":
             known.add(command.value[0].partition("=")[0])
         elif command.cmd == "ENV":
@@ -279,38 +285,143 @@ def test_run_variables_are_defined(image, case):
 
 def test_wheel_path_installs_the_wheel_and_patches_site_packages():
     for arches in ("gfx942;gfx950", "gfx950"):
-        commands = parse(render("stack", make_inputs(arches)))
+        inputs = make_inputs(arches, "wheel")
+        commands = parse(render("stack", inputs))
         text = "\n".join(runs(commands))
+        assert declared_args(commands)["VLLM_SOURCE"] == "wheel"
+        assert declared_args(commands)["VLLM_WHEEL_INDEX_URL"] == inputs["vllm_wheel_index_url"]
         assert "VLLM_GIT_URL" not in "\n".join(c.original for c in commands)
         assert '"$VLLM_REF"' not in text  # nothing fetches vLLM's sources
-        assert 'test "$VLLM_SOURCE" = wheel' in text
-        assert '--extra-index-url "$VLLM_WHEEL_INDEX_URL" "vllm==${VLLM_REF#v}"' in text
-        assert 'aic-apply-patches /opt/aic/patches/vllm "$site"' in text
-        assert 'find_spec("vllm").origin' in text
-        assert "vllm._rocm_C" in text
+        assert "setup.py" not in text and "VLLM_TARGET_DEVICE" not in text
+        (install,) = [run for run in runs(commands) if "VLLM_WHEEL_INDEX_URL" in run]
+        assert 'test "$VLLM_SOURCE" = wheel' in install
+        # The base image's torch stays: the wheel is installed under the base image's constraints.
+        assert (
+            'pip install -c /opt/aic/constraints.txt --extra-index-url "$VLLM_WHEEL_INDEX_URL" "vllm==${VLLM_REF#v}"'
+            in install
+        )
+        # The same vLLM series as a source build, applied (git apply -p1) in the site-packages dir holding vllm/.
+        assert 'find_spec("vllm").origin' in install
+        assert 'aic-apply-patches /opt/aic/patches/vllm "$site"' in install
+        assert install.index("vllm==") < install.index("aic-apply-patches") < install.index("vllm._rocm_C")
         copies = [c.value for c in instructions(commands, "COPY")]
         assert ("patches/vllm/${VLLM_REF}/", "/opt/aic/patches/vllm/") in copies
 
 
-def test_source_path_clones_patches_and_builds_for_its_arch():
-    inputs = make_inputs("gfx1151")
-    commands = parse(render("stack", inputs))
-    assert declared_args(commands)["PYTORCH_ROCM_ARCH"] == "gfx1151"
-    assert declared_args(commands)["VLLM_GIT_URL"] == "https://github.com/vllm-project/vllm.git"
+def _vllm_build(commands):
     (build,) = [run for run in runs(commands) if "VLLM_TARGET_DEVICE=rocm" in run]
+    return build
+
+
+@pytest.mark.parametrize("arches", ["gfx950", "gfx942;gfx950", "gfx1151", "gfx90a;gfx942"])
+def test_source_path_clones_forces_hip_patches_and_builds_for_its_arches(arches):
+    inputs = make_inputs(arches, "source")
+    commands = parse(render("stack", inputs))
+    args = declared_args(commands)
+    assert args["PYTORCH_ROCM_ARCH"] == inputs["arch_list"]
+    assert args["VLLM_SOURCE"] == "source"
+    assert args["VLLM_GIT_URL"] == "https://github.com/vllm-project/vllm.git"
+    assert "VLLM_WHEEL_INDEX_URL" not in args
+    build = _vllm_build(commands)
     assert 'test "$VLLM_SOURCE" = source' in build
     assert 'aic-fetch-src "$VLLM_GIT_URL" "$VLLM_REF" /opt/aic/src/vllm' in build
     assert "aic-apply-patches /opt/aic/patches/vllm /opt/aic/src/vllm" in build
-    assert build.index("aic-fetch-src") < build.index("aic-apply-patches") < build.index("pip wheel")
+    # FACTS build-stage order: shallow clone, HIP detection forced, patches, requirements, build.
+    order = [
+        "aic-fetch-src",
+        "def _is_hip() -> bool:",
+        "aic-apply-patches",
+        "-c /opt/aic/constraints.txt -r requirements/rocm.txt",
+        "pip wheel",
+        "pip install --no-deps /tmp/vllm-dist/vllm-*.whl",
+    ]
+    positions = [build.index(part) for part in order]
+    assert positions == sorted(positions), order
     assert 'jobs="$(aic-jobs)"' in build
-    assert 'PYTORCH_ROCM_ARCH="$PYTORCH_ROCM_ARCH" MAX_JOBS="$jobs"' in build
-    assert "nproc" not in build  # the bound comes from aic-jobs (BUILD_JOBS or nproc), never inline
+    assert 'PYTORCH_ROCM_ARCH="$PYTORCH_ROCM_ARCH"' in build and 'MAX_JOBS="$jobs"' in build
+    assert "nproc" not in build  # the bound comes from aic-jobs (BUILD_JOBS, or cores and memory), never inline
     assert "vllm==" not in build
-    assert expand("$PYTORCH_ROCM_ARCH", rocm_build_args(inputs)) == "gfx1151"
+    assert "command -v ccache" in build and "CCACHE_DIR=/tmp/aic-ccache" in build
+    assert "rm -rf /opt/aic/src /tmp/vllm-dist /tmp/aic-ccache" in build  # no sources or cache left in the image
+    assert expand("$PYTORCH_ROCM_ARCH", rocm_build_args(inputs)) == inputs["arch_list"]
+
+
+def _sed_and_check(build):
+    """The setup.py edit of the source build and its check, as two shell commands."""
+    sed = re.search(r"sed -i '[^']*' setup\.py", build).group(0)
+    check = re.search(r"grep -A1 '\^def _is_hip\(\) -> bool:\$' setup\.py .*?exit 1; \}", build).group(0)
+    return sed, check
+
+
+SETUP_PY = """VLLM_TARGET_DEVICE = envs.VLLM_TARGET_DEVICE
+
+
+def _is_hip() -> bool:
+    return (
+        VLLM_TARGET_DEVICE == "cuda" or VLLM_TARGET_DEVICE == "rocm"
+    ) and torch.version.hip is not None
+
+
+def _is_tpu() -> bool:
+    return VLLM_TARGET_DEVICE == "tpu"
+"""
+
+
+def test_source_path_forces_hip_detection_in_setup_py(tmp_path):
+    """Run the template's sed and its check on a setup.py shaped like vLLM's: _is_hip() returns True for rocm."""
+    sed, check = _sed_and_check(_vllm_build(parse(render("stack", make_inputs("gfx950", "source")))))
+    (tmp_path / "setup.py").write_text(SETUP_PY)
+    script = f"set -eu -o pipefail; {sed}; {check}"
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    namespace = {}
+    source = (tmp_path / "setup.py").read_text()
+    assert source.count('if VLLM_TARGET_DEVICE == "rocm":') == 1
+    for device, hip in (("rocm", True), ("cuda", None)):
+        namespace = {"envs": type("envs", (), {"VLLM_TARGET_DEVICE": device}), "torch": _no_hip_torch()}
+        exec(compile(source, "setup.py", "exec"), namespace)
+        # Even with torch.version.hip unset, VLLM_TARGET_DEVICE=rocm is a HIP build; other targets are unchanged.
+        assert namespace["_is_hip"]() is bool(hip)
+
+
+def _no_hip_torch():
+    version = type("version", (), {"hip": None})
+    return type("torch", (), {"version": version})
+
+
+def test_source_path_fails_when_setup_py_has_no_is_hip(tmp_path):
+    sed, check = _sed_and_check(_vllm_build(parse(render("stack", make_inputs("gfx950", "source")))))
+    (tmp_path / "setup.py").write_text("def _is_cuda() -> bool:\n    return True\n")
+    script = f"set -eu -o pipefail; VLLM_REF=v9; {sed}; {check}"
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "vLLM v9: no def _is_hip() in setup.py to force HIP detection" in result.stderr
+
+
+def test_spur_render_builds_vllm_from_source_with_every_patch_series():
+    """The SPUR render (gfx950, source): both vLLM patches and the whole LMCache series reach the build, each as its
+    series directory (globbed by aic-apply-patches, no patch named in the Dockerfile)."""
+    inputs = make_inputs("gfx950", "source")
+    commands = parse(render("stack", inputs))
+    args = dict(declared_args(commands), **rocm_build_args(inputs))
+    assert args["VLLM_SOURCE"] == "source"
+    text = "\n".join(runs(commands))
+    assert "aic-apply-patches /opt/aic/patches/vllm /opt/aic/src/vllm" in text
+    assert "aic-apply-patches /opt/aic/patches/lmcache /opt/aic/src/lmcache" in text
+    copies = {expand(src, args): dest for src, dest in (c.value for c in instructions(commands, "COPY"))}
+    assert copies == {
+        "patches/vllm/v0.26.0/": "/opt/aic/patches/vllm/",
+        "patches/lmcache/v0.5.2/": "/opt/aic/patches/lmcache/",
+    }
+    repo = HERE.parents[2]
+    vllm = sorted(p.name for p in (repo / "patches/vllm/v0.26.0").glob("*.patch"))
+    assert [name[:3] for name in vllm][:2] == ["01-", "02-"]
+    assert sorted((repo / "patches/lmcache/v0.5.2").glob("*.patch"))
+    assert not re.search(r"\d\d-[\w-]+\.patch", render("stack", inputs))  # series are globbed, never listed
 
 
 def test_lmcache_is_built_for_hip_with_its_patches_and_cuda_packages_removed(case):
-    commands = parse(render("stack", make_inputs(CASES[case])))
+    commands = parse(render("stack", make_inputs(*CASES[case])))
     (build,) = [run for run in runs(commands) if "LMCACHE_GIT_URL" in run]
     assert 'aic-fetch-src "$LMCACHE_GIT_URL" "$LMCACHE_REF" /opt/aic/src/lmcache' in build
     assert "aic-apply-patches /opt/aic/patches/lmcache /opt/aic/src/lmcache" in build
@@ -341,7 +452,7 @@ def test_stack_entrypoint_is_the_openai_server_through_the_env_script():
 
 
 def test_base_installs_torch_sdk_and_nixl_from_build_args(case):
-    inputs = make_inputs(CASES[case])
+    inputs = make_inputs(*CASES[case])
     commands = parse(render("base", inputs))
     text = "\n".join(runs(commands))
     for package in ("libopenmpi3t64", "libboost-dev", "ccache", "ninja-build", "nvme-cli", "git", "cmake"):
@@ -479,6 +590,28 @@ def test_apply_patches_fails_on_a_patch_that_does_not_apply(helpers, tmp_path):
     assert "0002-good.patch" not in result.stdout
 
 
+# The vllm 0.26.0 wheel unpacked by tests/unit/patches (when that ran here; nothing is downloaded for this test).
+VLLM_WHEEL_TREE = HERE.parents[2] / ".work" / "test-cache" / "sources" / "vllm-0.26.0"
+
+
+@pytest.mark.skipif(not (VLLM_WHEEL_TREE / "vllm").is_dir(), reason="no unpacked vllm 0.26.0 wheel in .work/test-cache")
+def test_wheel_path_applies_the_whole_vllm_series_to_site_packages(helpers, tmp_path):
+    """What the wheel path's RUN does after pip: the repository's vLLM series (01, 02, ...) applied with
+    aic-apply-patches in the directory that holds the installed vllm/ package; none is skipped."""
+    site = tmp_path / "site-packages"
+    shutil.copytree(VLLM_WHEEL_TREE / "vllm" / "platforms", site / "vllm" / "platforms")
+    series = HERE.parents[2] / "patches" / "vllm" / "v0.26.0"
+    result = _sh(helpers, "aic-apply-patches", str(series), str(site))
+    assert result.returncode == 0, result.stderr
+    names = sorted(p.name for p in series.glob("*.patch"))
+    assert re.findall(r"aic-apply-patches: \S+/(\S+\.patch)", result.stdout) == names
+    assert f"{len(names)} patch(es) applied" in result.stdout
+    assert names[:2] and names[0].startswith("01-") and names[1].startswith("02-")
+    for name in ("__init__.py", "rocm.py"):  # 01 and 02 changed the installed files
+        original = (VLLM_WHEEL_TREE / "vllm" / "platforms" / name).read_text()
+        assert (site / "vllm" / "platforms" / name).read_text() != original, name
+
+
 @pytest.mark.parametrize("series", ["empty", "missing"])
 def test_apply_patches_fails_on_an_empty_series(helpers, tmp_path, series):
     site = _tree(tmp_path / "site-packages", "value = 1\n")
@@ -491,15 +624,49 @@ def test_apply_patches_fails_on_an_empty_series(helpers, tmp_path, series):
     assert f"aic-apply-patches: no *.patch in {directory}" in result.stderr
 
 
-@pytest.mark.parametrize("value", ["4", "1", "128", "", None])
+@pytest.mark.parametrize("value", ["4", "1", "128"])
 def test_jobs(helpers, value):
-    env = dict(os.environ)
+    result = _sh(helpers, "aic-jobs", env={"BUILD_JOBS": value, "AIC_JOBS_MEMINFO": "/nonexistent"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == value + "\n"  # an explicit BUILD_JOBS is used as given
+
+
+NPROC = int(subprocess.check_output(["nproc"], text=True))
+
+
+@pytest.mark.parametrize(
+    "available_gib, expected",
+    [
+        (1024, NPROC),  # plenty of memory: one job per core
+        (8, min(NPROC, 2)),  # one job per 4 GiB of available memory
+        (4, 1),
+        (1, 1),  # never below one job
+        (None, NPROC),  # no MemAvailable line: the core count
+    ],
+)
+@pytest.mark.parametrize("value", ["", None])
+def test_jobs_default_is_bounded_by_cores_and_memory(helpers, tmp_path, value, available_gib, expected):
+    meminfo = tmp_path / "meminfo"
+    lines = ["MemTotal:       2113301244 kB"]
+    if available_gib is not None:
+        lines.append(f"MemAvailable:   {available_gib * 1024 * 1024} kB")
+    meminfo.write_text("\n".join(lines + ["Buffers:          123456 kB"]) + "\n")
+    env = dict(os.environ, AIC_JOBS_MEMINFO=str(meminfo))
     env.pop("BUILD_JOBS", None)
     if value is not None:
         env["BUILD_JOBS"] = value
     result = subprocess.run([str(helpers / "bin" / "aic-jobs")], capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
-    assert result.stdout == (value or subprocess.check_output(["nproc"], text=True).strip()) + "\n"
+    assert result.stdout == f"{expected}\n"
+    assert f"aic-jobs: BUILD_JOBS unset: {expected} job(s)" in result.stderr
+
+
+def test_jobs_default_reads_this_host(helpers):
+    env = dict(os.environ)
+    env.pop("BUILD_JOBS", None)
+    result = subprocess.run([str(helpers / "bin" / "aic-jobs")], capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    assert 1 <= int(result.stdout) <= NPROC
 
 
 @pytest.mark.parametrize("value", ["0", "08", "-1", "1.5", "abc", "4 ", "$(nproc)"])

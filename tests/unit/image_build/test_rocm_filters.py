@@ -9,7 +9,7 @@ import re
 
 import pytest
 from ansible.errors import AnsibleFilterError
-from rocm_inputs import make_inputs
+from rocm_inputs import WHEEL_INDEX, make_inputs
 
 from ansible_collections.aic.stack.plugins.filter.rocm import (
     BUILD_ARGS,
@@ -31,7 +31,7 @@ def test_filter_module_exposes_the_filters():
     }
 
 
-# -- rocm_build_matrix: the wheel path -----------------------------------------------------------
+# -- rocm_build_matrix: the wheel path (aic_vllm_install resolved to wheel by the plan) ------------------------
 
 
 @pytest.mark.parametrize(
@@ -49,7 +49,7 @@ def test_filter_module_exposes_the_filters():
     ],
 )
 def test_matrix_wheel_set_is_one_wheel_build(arches, expected):
-    assert rocm_build_matrix(arches) == [
+    assert rocm_build_matrix(arches, "wheel") == [
         {
             "arches": expected,
             "arch_list": ";".join(expected),
@@ -61,7 +61,24 @@ def test_matrix_wheel_set_is_one_wheel_build(arches, expected):
 
 @pytest.mark.parametrize("split", [True, False])
 def test_matrix_wheel_set_ignores_consumer_split(split):
-    assert [b["vllm_source"] for b in rocm_build_matrix("gfx942;gfx950", consumer_split=split)] == ["wheel"]
+    assert [b["vllm_source"] for b in rocm_build_matrix("gfx942;gfx950", "wheel", consumer_split=split)] == ["wheel"]
+
+
+@pytest.mark.parametrize("arches", ["gfx1151", "gfx90a", "gfx942;gfx1151", "gfx90a;gfx942;gfx950", "gfx950;gfx1201"])
+def test_matrix_wheel_needs_every_arch_inside_the_wheel_arches(arches):
+    with pytest.raises(
+        AnsibleFilterError, match=r"^aic_vllm_install: wheel needs aic_rocm_arches inside gfx942, gfx950; gfx"
+    ):
+        rocm_build_matrix(arches, "wheel")
+
+
+@pytest.mark.parametrize("value", ["auto", "pip", "", None, True])
+def test_matrix_takes_a_resolved_install_only(value):
+    with pytest.raises(AnsibleFilterError, match=r"^aic_vllm_install: rocm_build_matrix needs wheel or source, got "):
+        rocm_build_matrix("gfx950", value)
+    if value == "auto":
+        with pytest.raises(AnsibleFilterError, match=r"aic_plan\.images\.rocm\.vllm_install"):
+            rocm_build_matrix("gfx950", value)
 
 
 # -- rocm_build_matrix: source builds ----------------------------------------------------------
@@ -104,15 +121,28 @@ def _summary(builds):
     ],
 )
 def test_matrix_source_builds(arches, split, expected):
-    assert _summary(rocm_build_matrix(arches, consumer_split=split)) == expected
+    assert _summary(rocm_build_matrix(arches, "source", consumer_split=split)) == expected
+
+
+@pytest.mark.parametrize(
+    "arches, expected",
+    [
+        ("gfx950", [("gfx950", "source", "gfx950")]),  # SPUR
+        ("gfx942;gfx950", [("gfx942;gfx950", "source", "gfx942-gfx950")]),
+        ("gfx942", [("gfx942", "source", "gfx942")]),
+    ],
+)
+@pytest.mark.parametrize("split", [True, False])
+def test_matrix_source_on_the_wheel_arches_is_one_source_build(arches, expected, split):
+    assert _summary(rocm_build_matrix(arches, "source", consumer_split=split)) == expected
 
 
 def test_matrix_default_splits_consumer_arches():
-    assert len(rocm_build_matrix("gfx1100;gfx1151")) == 2
+    assert len(rocm_build_matrix("gfx1100;gfx1151", "source")) == 2
 
 
 def test_matrix_every_known_arch():
-    builds = rocm_build_matrix(list(KNOWN_ARCHES))
+    builds = rocm_build_matrix(list(KNOWN_ARCHES), "source")
     assert builds[0]["arches"] == ["gfx90a", "gfx942", "gfx950"]
     assert [b["arch_list"] for b in builds[1:]] == [a for a in KNOWN_ARCHES if a.startswith(("gfx11", "gfx12"))]
     assert {b["vllm_source"] for b in builds} == {"source"}
@@ -123,7 +153,8 @@ def test_matrix_every_known_arch():
 
 def test_matrix_does_not_mutate_its_input():
     arches = ["gfx950", "gfx942"]
-    rocm_build_matrix(arches)
+    rocm_build_matrix(arches, "wheel")
+    rocm_build_matrix(arches, "source")
     assert arches == ["gfx950", "gfx942"]
 
 
@@ -133,7 +164,7 @@ def test_matrix_does_not_mutate_its_input():
 @pytest.mark.parametrize("arches", ["", "  ", ";", " ; , ", [], (), None, ["", " "]])
 def test_matrix_empty_set(arches):
     with pytest.raises(AnsibleFilterError, match=r"^aic_rocm_arches: empty arch set$"):
-        rocm_build_matrix(arches)
+        rocm_build_matrix(arches, "source")
 
 
 @pytest.mark.parametrize(
@@ -148,7 +179,7 @@ def test_matrix_empty_set(arches):
 )
 def test_matrix_unknown_arch_names_it_and_the_known_list(arches, named):
     with pytest.raises(AnsibleFilterError) as excinfo:
-        rocm_build_matrix(arches)
+        rocm_build_matrix(arches, "source")
     message = str(excinfo.value)
     assert message.startswith(f"aic_rocm_arches: unknown arch {named} ")
     assert f"(known: {', '.join(KNOWN_ARCHES)})" in message
@@ -157,19 +188,19 @@ def test_matrix_unknown_arch_names_it_and_the_known_list(arches, named):
 @pytest.mark.parametrize("arches", [942, 9.5, {"gfx942": True}, True])
 def test_matrix_rejects_non_list_input(arches):
     with pytest.raises(AnsibleFilterError, match=r"^aic_rocm_arches: expected a list or a ';'/','-separated string"):
-        rocm_build_matrix(arches)
+        rocm_build_matrix(arches, "source")
 
 
 @pytest.mark.parametrize("arches", [["gfx942", 950], [None], [["gfx942"]]])
 def test_matrix_rejects_non_string_items(arches):
     with pytest.raises(AnsibleFilterError, match=r"^aic_rocm_arches: expected arch names, got "):
-        rocm_build_matrix(arches)
+        rocm_build_matrix(arches, "source")
 
 
 @pytest.mark.parametrize("split", ["maybe", None, 2, [True]])
 def test_matrix_rejects_a_non_boolean_consumer_split(split):
     with pytest.raises(AnsibleFilterError, match=r"^aic_rocm_arches: consumer_split must be a boolean"):
-        rocm_build_matrix("gfx1151", consumer_split=split)
+        rocm_build_matrix("gfx1151", "source", consumer_split=split)
 
 
 # -- rocm_build_args ---------------------------------------------------------------------------
@@ -200,7 +231,7 @@ def test_build_args_of_the_stack_image_on_the_wheel_path():
             "PYTORCH_ROCM_ARCH": "gfx950",
             "VLLM_SOURCE": "wheel",
             "VLLM_REF": "v0.26.0",
-            "VLLM_WHEEL_INDEX_URL": "https://wheels.vllm.ai/rocm/0.26.0/rocm7140",
+            "VLLM_WHEEL_INDEX_URL": WHEEL_INDEX,
             "LMCACHE_REF": "v0.5.2",
             "NIXL_REF": "v1.3.2",
         }
@@ -338,7 +369,13 @@ def test_build_args_reject_bad_image_and_inputs():
 
 def test_tag_format_of_the_stack_image():
     tag = rocm_image_tag(make_inputs("gfx950"), None)
-    assert re.fullmatch(r"0\.1\.0-rocm7\.14\.0-vllm0\.26\.0-lmcache0\.5\.2-nixl1\.3\.2-gfx950-[0-9a-f]{12}", tag), tag
+    assert re.fullmatch(
+        r"0\.1\.0-rocm7\.14\.0-vllm0\.26\.0-wheel-lmcache0\.5\.2-nixl1\.3\.2-gfx950-[0-9a-f]{12}", tag
+    ), tag
+    tag = rocm_image_tag(make_inputs("gfx950", "source"), None)
+    assert re.fullmatch(
+        r"0\.1\.0-rocm7\.14\.0-vllm0\.26\.0-source-lmcache0\.5\.2-nixl1\.3\.2-gfx950-[0-9a-f]{12}", tag
+    ), tag
 
 
 def test_tag_format_of_the_base_image():
@@ -525,9 +562,10 @@ def test_tag_never_exceeds_docker_limits():
 
 def test_tag_of_every_build_of_a_matrix_is_distinct():
     tags = set()
-    for build in rocm_build_matrix(list(KNOWN_ARCHES)) + rocm_build_matrix("gfx942;gfx950"):
+    source = rocm_build_matrix(list(KNOWN_ARCHES), "source") + rocm_build_matrix("gfx942;gfx950", "source")
+    for build in source + rocm_build_matrix("gfx942;gfx950", "wheel"):
         inputs = make_inputs("gfx950", arch_list=build["arch_list"], vllm_source=build["vllm_source"])
         tag = rocm_image_tag(inputs)
         assert tag.rsplit("-", 1)[0].endswith(build["suffix"])
         tags.add(tag)
-    assert len(tags) == len(rocm_build_matrix(list(KNOWN_ARCHES))) + 1
+    assert len(tags) == len(source) + 1  # gfx942;gfx950 from source and from the wheel differ

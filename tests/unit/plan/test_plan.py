@@ -33,6 +33,7 @@ NON_DEFAULTS = {
     "aic_rocm_base_image": "rocm/dev-ubuntu-24.04:7.15.0-full",
     "aic_rocm_version": "7.15.0",
     "aic_vllm_ref": "v0.27.0",
+    "aic_vllm_install": "source",
     "aic_vllm_wheel_index_url": "https://wheels.example/rocm",
     "aic_lmcache_ref": "v0.5.3",
     "aic_nixl_ref": "v1.4.0",

@@ -25,14 +25,23 @@ RUN set -eux; \
 
 # Helpers for this image and the stack image:
 #   aic-env CMD...                run CMD with /opt/aic/env.sh sourced (the entrypoint of both images)
-#   aic-jobs                      build parallelism: $BUILD_JOBS, or nproc when empty; never unbounded
+#   aic-jobs                      build parallelism: $BUILD_JOBS, or when empty nproc but at most one job per
+#                                 4 GiB of available memory (a hipcc job for several arches takes GiBs); never
+#                                 unbounded
 #   aic-fetch-src URL REF DIR     shallow https fetch of one tag, branch or commit into DIR
 #   aic-apply-patches SERIES DIR  git apply SERIES/*.patch to DIR in lexical order; a failing patch or an
 #                                 empty series fails (DIR may be a plain tree such as site-packages)
 RUN set -eux; \
     mkdir -p /opt/aic/bin /opt/aic/patches /opt/aic/python /opt/aic/wheels; \
     printf '%s\n' '#!/bin/sh' 'set -eu' '. /opt/aic/env.sh' 'exec "$@"' > /opt/aic/bin/aic-env; \
-    printf '%s\n' '#!/bin/sh' 'set -eu' 'jobs=${BUILD_JOBS:-$(nproc)}' \
+    printf '%s\n' '#!/bin/sh' 'set -eu' 'jobs=${BUILD_JOBS:-}' \
+        'if [ -z "$jobs" ]; then' \
+        '  jobs=$(nproc)' \
+        '  kib=$(sed -n "s/^MemAvailable: *\([0-9][0-9]*\) kB$/\1/p" "${AIC_JOBS_MEMINFO:-/proc/meminfo}")' \
+        '  if [ -n "$kib" ] && [ $((kib / 4194304)) -lt "$jobs" ]; then jobs=$((kib / 4194304)); fi' \
+        '  if [ "$jobs" -lt 1 ]; then jobs=1; fi' \
+        '  echo "aic-jobs: BUILD_JOBS unset: $jobs job(s) ($(nproc) cores, one job per 4 GiB of available memory)" >&2' \
+        'fi' \
         'case "$jobs" in ""|*[!0-9]*|0*) echo "aic-jobs: BUILD_JOBS must be a positive integer, got: $jobs" >&2; exit 1;; esac' \
         'echo "$jobs"' > /opt/aic/bin/aic-jobs; \
     printf '%s\n' '#!/bin/sh' 'set -eu' 'url=$1 ref=$2 dir=$3' \

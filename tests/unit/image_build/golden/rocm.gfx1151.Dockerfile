@@ -19,24 +19,35 @@ ARG VLLM_REF=v0.26.0
 ARG BUILD_JOBS=
 ARG VLLM_GIT_URL=https://github.com/vllm-project/vllm.git
 COPY patches/vllm/${VLLM_REF}/ /opt/aic/patches/vllm/
-# vLLM from source at VLLM_REF with its patch series, for PYTORCH_ROCM_ARCH only, MAX_JOBS bounded by BUILD_JOBS.
+# vLLM from source at VLLM_REF against the base image's AMD ROCm torch, for PYTORCH_ROCM_ARCH only: shallow fetch;
+# setup.py's _is_hip() forced true for VLLM_TARGET_DEVICE=rocm (never a CUDA or CPU build, whatever torch reports
+# on the GPU-less build host; the build fails if setup.py has no _is_hip()); the patch series; requirements/rocm.txt
+# constrained to the base image's torch (a requirement on another torch fails here instead of replacing it);
+# MAX_JOBS from aic-jobs (BUILD_JOBS, or the cores bounded by memory: nproc hipcc jobs run out of memory); compiles
+# through ccache (vLLM's setup.py uses it when on PATH; the cache is dropped with the sources, not kept in a layer).
 RUN set -eux; \
     test "$VLLM_SOURCE" = source; \
     test -n "$PYTORCH_ROCM_ARCH"; \
     jobs="$(aic-jobs)"; \
     . /opt/aic/env.sh; \
+    command -v ccache; \
+    export CCACHE_DIR=/tmp/aic-ccache; \
     aic-fetch-src "$VLLM_GIT_URL" "$VLLM_REF" /opt/aic/src/vllm; \
-    aic-apply-patches /opt/aic/patches/vllm /opt/aic/src/vllm; \
     cd /opt/aic/src/vllm; \
+    sed -i 's/^def _is_hip() -> bool:$/&\n    if VLLM_TARGET_DEVICE == "rocm":\n        return True/' setup.py; \
+    grep -A1 '^def _is_hip() -> bool:$' setup.py | grep -F 'if VLLM_TARGET_DEVICE == "rocm":' >/dev/null || { echo "vLLM $VLLM_REF: no def _is_hip() in setup.py to force HIP detection" >&2; exit 1; }; \
+    aic-apply-patches /opt/aic/patches/vllm /opt/aic/src/vllm; \
     python3 -m pip install -c /opt/aic/constraints.txt -r requirements/rocm.txt; \
     python3 -m pip install -c /opt/aic/constraints.txt "setuptools>=77" setuptools-scm wheel packaging jinja2 cmake ninja; \
     case "${VLLM_REF#v}" in [0-9]*) export VLLM_VERSION_OVERRIDE="${VLLM_REF#v}+rocm";; esac; \
-    VLLM_TARGET_DEVICE=rocm PYTORCH_ROCM_ARCH="$PYTORCH_ROCM_ARCH" MAX_JOBS="$jobs" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+    VLLM_TARGET_DEVICE=rocm PYTORCH_ROCM_ARCH="$PYTORCH_ROCM_ARCH" TORCH_DONT_CHECK_COMPILER_ABI=1 \
+        MAX_JOBS="$jobs" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
         python3 -m pip wheel --no-build-isolation --no-deps -w /tmp/vllm-dist .; \
+    ccache --show-stats; \
     python3 -m pip install --no-deps /tmp/vllm-dist/vllm-*.whl; \
     python3 -m pip uninstall -y amdsmi; \
     cd /; \
-    rm -rf /opt/aic/src /tmp/vllm-dist; \
+    rm -rf /opt/aic/src /tmp/vllm-dist /tmp/aic-ccache; \
     python3 -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm._rocm_C') else 'vllm was built without its ROCm kernels (vllm._rocm_C)')"
 
 # LMCache from source at LMCACHE_REF with its patch series, built for HIP. ROCM_TARGET_LST names this build's arches

@@ -16,10 +16,11 @@ RUN set -eux; \
 
 ARG VLLM_SOURCE=wheel
 ARG VLLM_REF=v0.26.0
-ARG VLLM_WHEEL_INDEX_URL=https://wheels.vllm.ai/rocm/0.26.0/rocm7140
+ARG VLLM_WHEEL_INDEX_URL=https://wheels.site.example/vllm/rocm7.14.0/simple/
 COPY patches/vllm/${VLLM_REF}/ /opt/aic/patches/vllm/
 # vLLM: the prebuilt ROCm wheel of the release, constrained to the base image's torch (a wheel built against another
-# torch fails here instead of replacing it), then the patch series applied to the installed tree.
+# torch fails here instead of replacing it), then the same patch series as a source build, applied to the installed
+# package: its paths are a/vllm/..., so git apply -p1 runs in the site-packages directory that holds vllm/.
 RUN set -eux; \
     test "$VLLM_SOURCE" = wheel; \
     . /opt/aic/env.sh; \

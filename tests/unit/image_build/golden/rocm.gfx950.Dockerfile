@@ -1,4 +1,4 @@
-# aic.stack rocm flavour: vLLM (wheel) + LMCache for gfx950 on the dependency base image.
+# aic.stack rocm flavour: vLLM (source) + LMCache for gfx950 on the dependency base image.
 # Rendered by roles/image_build from Dockerfile.rocm.j2; every pin below is a build arg.
 ARG AIC_BASE_IMAGE=aic-stack-rocm-base:rocm7.14.0-torch2.12.0-nixl1.3.2-gfx950-0123456789ab
 FROM ${AIC_BASE_IMAGE}
@@ -14,20 +14,41 @@ RUN set -eux; \
         grep -Fx "$pin" /opt/aic/base-pins >/dev/null || { echo "base image mismatch: $pin, base has:" >&2; cat /opt/aic/base-pins >&2; exit 1; }; \
     done
 
-ARG VLLM_SOURCE=wheel
+ARG VLLM_SOURCE=source
 ARG VLLM_REF=v0.26.0
-ARG VLLM_WHEEL_INDEX_URL=https://wheels.vllm.ai/rocm/0.26.0/rocm7140
+ARG BUILD_JOBS=
+ARG VLLM_GIT_URL=https://github.com/vllm-project/vllm.git
 COPY patches/vllm/${VLLM_REF}/ /opt/aic/patches/vllm/
-# vLLM: the prebuilt ROCm wheel of the release, constrained to the base image's torch (a wheel built against another
-# torch fails here instead of replacing it), then the patch series applied to the installed tree.
+# vLLM from source at VLLM_REF against the base image's AMD ROCm torch, for PYTORCH_ROCM_ARCH only: shallow fetch;
+# setup.py's _is_hip() forced true for VLLM_TARGET_DEVICE=rocm (never a CUDA or CPU build, whatever torch reports
+# on the GPU-less build host; the build fails if setup.py has no _is_hip()); the patch series; requirements/rocm.txt
+# constrained to the base image's torch (a requirement on another torch fails here instead of replacing it);
+# MAX_JOBS from aic-jobs (BUILD_JOBS, or the cores bounded by memory: nproc hipcc jobs run out of memory); compiles
+# through ccache (vLLM's setup.py uses it when on PATH; the cache is dropped with the sources, not kept in a layer).
 RUN set -eux; \
-    test "$VLLM_SOURCE" = wheel; \
+    test "$VLLM_SOURCE" = source; \
+    test -n "$PYTORCH_ROCM_ARCH"; \
+    jobs="$(aic-jobs)"; \
     . /opt/aic/env.sh; \
-    python3 -m pip install -c /opt/aic/constraints.txt --extra-index-url "$VLLM_WHEEL_INDEX_URL" "vllm==${VLLM_REF#v}"; \
+    command -v ccache; \
+    export CCACHE_DIR=/tmp/aic-ccache; \
+    aic-fetch-src "$VLLM_GIT_URL" "$VLLM_REF" /opt/aic/src/vllm; \
+    cd /opt/aic/src/vllm; \
+    sed -i 's/^def _is_hip() -> bool:$/&\n    if VLLM_TARGET_DEVICE == "rocm":\n        return True/' setup.py; \
+    grep -A1 '^def _is_hip() -> bool:$' setup.py | grep -F 'if VLLM_TARGET_DEVICE == "rocm":' >/dev/null || { echo "vLLM $VLLM_REF: no def _is_hip() in setup.py to force HIP detection" >&2; exit 1; }; \
+    aic-apply-patches /opt/aic/patches/vllm /opt/aic/src/vllm; \
+    python3 -m pip install -c /opt/aic/constraints.txt -r requirements/rocm.txt; \
+    python3 -m pip install -c /opt/aic/constraints.txt "setuptools>=77" setuptools-scm wheel packaging jinja2 cmake ninja; \
+    case "${VLLM_REF#v}" in [0-9]*) export VLLM_VERSION_OVERRIDE="${VLLM_REF#v}+rocm";; esac; \
+    VLLM_TARGET_DEVICE=rocm PYTORCH_ROCM_ARCH="$PYTORCH_ROCM_ARCH" TORCH_DONT_CHECK_COMPILER_ABI=1 \
+        MAX_JOBS="$jobs" CMAKE_BUILD_PARALLEL_LEVEL="$jobs" \
+        python3 -m pip wheel --no-build-isolation --no-deps -w /tmp/vllm-dist .; \
+    ccache --show-stats; \
+    python3 -m pip install --no-deps /tmp/vllm-dist/vllm-*.whl; \
     python3 -m pip uninstall -y amdsmi; \
-    site="$(python3 -c 'import importlib.util, os; print(os.path.dirname(os.path.dirname(importlib.util.find_spec("vllm").origin)))')"; \
-    aic-apply-patches /opt/aic/patches/vllm "$site"; \
-    python3 -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm._rocm_C') else 'vllm has no ROCm kernels (vllm._rocm_C): a CUDA wheel was installed')"
+    cd /; \
+    rm -rf /opt/aic/src /tmp/vllm-dist /tmp/aic-ccache; \
+    python3 -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm._rocm_C') else 'vllm was built without its ROCm kernels (vllm._rocm_C)')"
 
 # LMCache from source at LMCACHE_REF with its patch series, built for HIP. ROCM_TARGET_LST names this build's arches
 # for the GPU-less build host (only during this step). CUDA-only packages pulled in by dependencies break imports on
