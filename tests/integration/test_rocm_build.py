@@ -52,8 +52,11 @@ def test_rocm_contexts_render_one_image_per_matrix_entry_and_rerun_is_a_no_op(se
         stack = instructions(BUILD / f"aic-stack-rocm-{suffix}" / "Dockerfile")
         assert base[0][0] in ("ARG", "FROM")
         assert any(cmd == "FROM" for cmd, _ in stack)
-        series = sorted(p.name for p in (BUILD / f"aic-stack-rocm-{suffix}" / "patches" / "vllm" / "v0.26.0").iterdir())
-        assert series == sorted(p.name for p in (REPO / "patches" / "vllm" / "v0.26.0").iterdir())
+        # Each context carries the whole vLLM and LMCache series the Dockerfile applies (2 and 9 patches).
+        for project, ref, count in (("vllm", "v0.26.0", 2), ("lmcache", "v0.5.2", 9)):
+            series = sorted(p.name for p in (BUILD / f"aic-stack-rocm-{suffix}" / "patches" / project / ref).iterdir())
+            assert series == sorted(p.name for p in (REPO / "patches" / project / ref).glob("*.patch"))
+            assert len(series) == count, (project, series)
         text = (BUILD / f"aic-stack-rocm-{suffix}" / "Dockerfile").read_text()
         assert "PYTORCH_ROCM_ARCH" in text
     again = run_playbook("playbooks/build.yml", session_tmp, extravars=ROCM)
