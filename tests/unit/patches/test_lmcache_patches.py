@@ -42,6 +42,7 @@ from collections import namedtuple
 from dataclasses import dataclass, field
 
 import pytest
+from nixl_agent import NixlAgentStandIn
 
 from ansible_collections.aic.stack.plugins.module_utils.patching import list_patches, touched_paths
 
@@ -1005,7 +1006,7 @@ def test_06_gds_l1_counts_slab_dma_bytes(tree, tmp_path, monkeypatch):
 # -- 07/08: the NIXL store L2 adapter ---------------------------------------------------------------
 
 
-class FakeNixlAgent:
+class FakeNixlAgent(NixlAgentStandIn):
     """Stands in for ``nixl._api.nixl_agent`` (NIXL): records what is registered; transfers finish at once."""
 
     created = []
@@ -1015,18 +1016,9 @@ class FakeNixlAgent:
         self.registered = []
         self.transfers = []
 
-    def create_backend(self, backend, params):
-        self.backend = (backend, dict(params))
-
     def register_memory(self, reg_list, mem_type):
         self.registered.append((mem_type, list(reg_list)))
-        return ("reg", mem_type, len(reg_list))
-
-    def get_xfer_descs(self, descs, mem_type):
-        return ("descs", mem_type, len(descs))
-
-    def prep_xfer_dlist(self, agent_name, descs, mem_type):
-        return ("dlist", mem_type)
+        return super().register_memory(reg_list, mem_type)
 
     def make_prepped_xfer(self, op, local_dlist, local_indices, remote_dlist, remote_indices):
         self.transfers.append((op, list(local_indices), list(remote_indices)))
@@ -1037,12 +1029,6 @@ class FakeNixlAgent:
 
     def check_xfer_state(self, handle):
         return "DONE"
-
-    def release_xfer_handle(self, handle):
-        pass
-
-    def release_dlist_handle(self, handle):
-        pass
 
     def deregister_memory(self, descs):
         pass

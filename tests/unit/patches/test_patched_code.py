@@ -23,6 +23,7 @@ import types
 import uuid
 
 import pytest
+from nixl_agent import NixlAgentStandIn
 
 PLATFORMS_INIT = "vllm/platforms/__init__.py"
 PLATFORMS_ROCM = "vllm/platforms/rocm.py"
@@ -236,7 +237,7 @@ class FakeNixlAgentConfig:
         self.backends = backends
 
 
-class FakeNixlAgent:
+class FakeNixlAgent(NixlAgentStandIn):
     """Stands in for ``nixl._api.nixl_agent`` (NIXL with a storage backend cannot run here).
 
     ``make_prepped_xfer`` takes MAKE_S and, like the real agent did on shared prepped dlist handles,
@@ -256,18 +257,6 @@ class FakeNixlAgent:
         self.made = []
         self.ends = {}
         self.make_lock = None  # the agent's lock, to check it is held during make_prepped_xfer
-
-    def create_backend(self, backend, params):
-        self.backend = backend
-
-    def register_memory(self, reg_list, mem_type):
-        return ("reg", mem_type, len(reg_list))
-
-    def get_xfer_descs(self, descs, mem_type):
-        return ("descs", mem_type, len(descs))
-
-    def prep_xfer_dlist(self, agent_name, descs, mem_type):
-        return ("dlist", mem_type)
 
     def make_prepped_xfer(self, op, local_dlist, local_indices, remote_dlist, remote_indices):
         with self._stats:
@@ -298,9 +287,6 @@ class FakeNixlAgent:
         with self._stats:
             self.in_flight -= 1
         return "DONE"
-
-    def release_xfer_handle(self, handle):
-        pass
 
 
 def _nixl_storage_agent(text):
