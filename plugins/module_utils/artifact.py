@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime
-import hashlib
 import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
+
+from ansible_collections.aic.stack.plugins.module_utils.digest import sha256_file
 
 CHUNK = 4 * 1024 * 1024
 
@@ -39,14 +40,6 @@ def paths(dest_dir, image):
         "manifest": base + ".manifest.json",
         "current": os.path.join(dest_dir, artifact_base(name) + ".current.json"),
     }
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(CHUNK), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def read_manifest(path):

@@ -167,6 +167,14 @@ def wait_until(probe, timeout, interval=2.0, clock=time.monotonic, sleep=time.sl
         sleep(min(float(interval), remaining))
 
 
+def per_try_timeout(request_timeout, wait_timeout, remaining):
+    """Timeout of one request made while waiting: ``request_timeout``, cut to the ``remaining`` seconds of the wait
+    (at least 1) so that a single hanging request does not overrun the overall deadline by much; ``request_timeout``
+    as it is when ``wait_timeout`` is 0 (one probe, no deadline to keep).
+    """
+    return max(1.0, min(float(request_timeout), remaining)) if wait_timeout > 0 else request_timeout
+
+
 def wait_for_status(url, expected=200, timeout=60, interval=2.0, request_timeout=10, validate_certs=True, abort=None):
     """Poll ``GET url`` until it answers with status ``expected`` or ``timeout`` expires.
 
@@ -176,8 +184,7 @@ def wait_for_status(url, expected=200, timeout=60, interval=2.0, request_timeout
     """
 
     def probe(remaining):
-        # Do not let a single hanging request overrun the overall deadline by much.
-        per_try = max(1.0, min(float(request_timeout), remaining)) if timeout > 0 else request_timeout
+        per_try = per_try_timeout(request_timeout, timeout, remaining)
         try:
             resp = request(url, timeout=per_try, validate_certs=validate_certs)
         except HttpRequestError as exc:

@@ -26,12 +26,13 @@ Only the Python standard library and the ``git`` executable are used.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+
+from ansible_collections.aic.stack.plugins.module_utils.digest import sha256_file
 
 APPLIES = "applies"
 MERGED = "merged"
@@ -67,14 +68,6 @@ def series_label(patch_dir):
     """``<project> <ref>`` from ``.../patches/<project>/<ref>``, e.g. ``vllm v0.26.0``."""
     path = os.path.abspath(patch_dir).rstrip(os.sep)
     return f"{os.path.basename(os.path.dirname(path))} {os.path.basename(path)}"
-
-
-def sha256_file(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 16), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _unquote(name):

@@ -29,6 +29,8 @@ import struct
 import threading
 import time
 
+from ansible_collections.aic.stack.plugins.module_utils.digest import sha256_file
+
 MAGIC = "AICRELAY/1"
 HEADER = struct.Struct(">cQ")
 FRAME_MAX = 4 * 1024 * 1024
@@ -387,14 +389,6 @@ class Reporter:
         self.push()
         if self.sock is not None:
             self.sock.close()
-
-
-def sha256_file(path, chunk=4 * 1024 * 1024):
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(chunk), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def relay(

@@ -21,16 +21,8 @@ author:
   - aic.stack developers
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
-attributes:
-  check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
-    details:
-      - The module only reads; the checks are performed in check mode as well.
-  diff_mode:
-    description:
-      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - aic.stack.health
 options:
   url:
     description:
@@ -131,70 +123,24 @@ elapsed:
   sample: 2.04
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.aic.stack.plugins.module_utils.http import (
-    HttpRequestError,
-    join_url,
-    request,
-    wait_for_status,
-)
+from ansible_collections.aic.stack.plugins.module_utils.health_check import Check, run
 from ansible_collections.aic.stack.plugins.module_utils.metrics import (
     HAS_PROMETHEUS_CLIENT,
     PROMETHEUS_CLIENT_IMPORT_ERROR,
-    MetricsParseError,
-    families_with_prefix,
-    parse,
     sample_value,
 )
 
 COMPONENT = "LMCache"
-HEALTH_POLL_INTERVAL = 2.0
-
-
-class CheckFailed(Exception):
-    pass
 
 
 def run_checks(params, result):
-    base = params["url"]
-    timeout = params["request_timeout"]
-    prefix = params["metric_prefix"]
+    check = Check(COMPONENT, params["url"], params["request_timeout"])
+    check.wait("/healthcheck", params["wait_timeout"])
 
-    def fail(url, what):
-        raise CheckFailed(f"{COMPONENT} at {url}: {what}")
-
-    health_url = join_url(base, "/healthcheck")
-    waited = wait_for_status(
-        health_url,
-        expected=200,
-        timeout=params["wait_timeout"],
-        interval=HEALTH_POLL_INTERVAL,
-        request_timeout=timeout,
-    )
-    if not waited.ok:
-        fail(
-            health_url,
-            f"timed out after {params['wait_timeout']}s waiting for GET /healthcheck to return 200 "
-            f"({waited.attempts} attempts, last: {waited.last_error})",
-        )
-
-    metrics_url = join_url(base, "/metrics")
-    try:
-        resp = request(metrics_url, timeout=timeout)
-    except HttpRequestError as exc:
-        fail(metrics_url, f"GET /metrics failed: {exc.reason}")
-    if resp.status != 200:
-        fail(metrics_url, f"GET /metrics returned {resp.describe()}")
-    try:
-        families = parse(resp.body)
-    except MetricsParseError as exc:
-        fail(metrics_url, str(exc))
-    matching = families_with_prefix(families, prefix)
-    if not matching:
-        fail(metrics_url, f"no {prefix} metrics (found {len(families)} families)")
+    metrics_url = check.url("/metrics")
+    families, matching = check.metrics(params["metric_prefix"])
     result["metric_families"] = matching
     stored = sample_value(families, "lmcache_mp_l2_store_completed_objects_chunks_total")
     submitted = sample_value(families, "lmcache_mp_l2_store_submitted_objects_chunks_total")
@@ -225,29 +171,31 @@ def run_checks(params, result):
         )
         if (stored or 0) < params["l2_min_stored_chunks"]:
             if (submitted or 0) > (stored or 0):
-                fail(
+                check.fail(
                     metrics_url,
                     f"L2 writes fail: {int(submitted)} chunk(s) submitted to L2, {int(stored or 0)} stored - the L2 "
                     "directory is not writable (permissions, read-only or immutable file system) or full; LMCache "
                     "logs 'Store task ... failed'",
                 )
             if not adapters:
-                fail(metrics_url, "L2 stored 0 chunks: LMCache has no active L2 adapter (no L2 tier configured)")
+                check.fail(metrics_url, "L2 stored 0 chunks: LMCache has no active L2 adapter (no L2 tier configured)")
             if never_hit:
                 stuck = f"; {int(alloc_failures)} L1 allocation failures" if alloc_failures else ""
-                fail(metrics_url, f"nothing reached L2 ({int(submitted or 0)} chunks submitted{stuck}) and {ipc_cause}")
-            fail(
+                check.fail(
+                    metrics_url, f"nothing reached L2 ({int(submitted or 0)} chunks submitted{stuck}) and {ipc_cause}"
+                )
+            check.fail(
                 metrics_url,
                 f"L2 stored {int(stored or 0)} chunk(s), expected at least {params['l2_min_stored_chunks']}: no L2 "
                 "tier configured, or the warm-up never overflowed L1 into L2",
             )
         if not reads_ok:
             if never_hit:
-                fail(
+                check.fail(
                     metrics_url,
                     f"L2 reads stuck at zero while L2 stores grew ({int(stored)} chunks stored): {ipc_cause}",
                 )
-            fail(
+            check.fail(
                 metrics_url,
                 f"L2 reads stuck at zero while L2 stores grew ({int(stored)} chunks stored, 0 L2 hit tokens, 0 "
                 "prefetched chunks) while L1 lookups hit: the silent NIXL failure (concurrent transfer race, slots "
@@ -270,15 +218,7 @@ def main():
     if not HAS_PROMETHEUS_CLIENT:
         module.fail_json(msg=missing_required_lib("prometheus_client"), exception=PROMETHEUS_CLIENT_IMPORT_ERROR)
 
-    start = time.monotonic()
-    result = {"changed": False, "url": module.params["url"]}
-    try:
-        run_checks(module.params, result)
-    except CheckFailed as exc:
-        result["elapsed"] = round(time.monotonic() - start, 3)
-        module.fail_json(msg=str(exc), **result)
-    result["elapsed"] = round(time.monotonic() - start, 3)
-    module.exit_json(**result)
+    run(module, {"changed": False, "url": module.params["url"]}, lambda out: run_checks(module.params, out))
 
 
 if __name__ == "__main__":

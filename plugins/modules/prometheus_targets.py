@@ -22,16 +22,8 @@ description:
     its checks in check mode too.
 author:
   - aic.stack developers
-attributes:
-  check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
-    details:
-      - The module only reads; the checks are performed in check mode as well.
-  diff_mode:
-    description:
-      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - aic.stack.health
 options:
   url:
     description:
@@ -216,13 +208,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.aic.stack.plugins.module_utils.http import (
-    HttpRequestError,
-    excerpt,
-    join_url,
-    request,
-    wait_until,
-)
+from ansible_collections.aic.stack.plugins.module_utils.health_check import Check, fetch
+from ansible_collections.aic.stack.plugins.module_utils.http import excerpt, per_try_timeout, wait_until
 
 COMPONENT = "Prometheus"
 POLL_INTERVAL = 1.0
@@ -239,12 +226,9 @@ def _unique(items):
 
 def fetch_active_targets(targets_url, timeout):
     """Return ``(targets, None)`` or ``(None, error_string)``."""
-    try:
-        resp = request(targets_url, timeout=timeout)
-    except HttpRequestError as exc:
-        return None, f"GET {TARGETS_PATH} failed: {exc.reason}"
-    if resp.status != 200:
-        return None, f"GET {TARGETS_PATH} returned {resp.describe()}"
+    resp, error = fetch(targets_url, f"GET {TARGETS_PATH}", timeout)
+    if error:
+        return None, error
     try:
         doc = resp.json()
         if doc.get("status") != "success":
@@ -399,10 +383,11 @@ def main():
     matchers = normalize_matchers(module.params["expected_targets"] or [])
     request_timeout = module.params["request_timeout"]
     wait_timeout = module.params["wait_timeout"]
-    targets_url = join_url(base, TARGETS_PATH)
+    check = Check(COMPONENT, base, request_timeout)
+    targets_url = check.url(TARGETS_PATH)
     if not expected and not matchers:
         module.fail_json(
-            msg=f"{COMPONENT} at {base}: expected_jobs or expected_targets must list at least one job or target",
+            msg=check.message(base, "expected_jobs or expected_targets must list at least one job or target"),
             url=base,
         )
 
@@ -410,8 +395,7 @@ def main():
     state = {}
 
     def probe(remaining):
-        per_try = max(1.0, min(float(request_timeout), remaining)) if wait_timeout > 0 else request_timeout
-        targets, error = fetch_active_targets(targets_url, per_try)
+        targets, error = fetch_active_targets(targets_url, per_try_timeout(request_timeout, wait_timeout, remaining))
         if error:
             state["api_error"] = error
             return False, None, error
@@ -428,8 +412,9 @@ def main():
 
     if "summary" not in state:
         module.fail_json(
-            msg=f"{COMPONENT} at {targets_url}: {state.get('api_error')} "
-            f"(waited {wait_timeout}s, {waited.attempts} attempts)",
+            msg=check.message(
+                targets_url, f"{state.get('api_error')} (waited {wait_timeout}s, {waited.attempts} attempts)"
+            ),
             **result,
         )
 
@@ -462,7 +447,7 @@ def main():
             f"{len(not_up_targets)} of {len(matchers)} expected targets not up after {wait_timeout}s: "
             + "; ".join(describe_target(target_states[i], target_details[i]) for i in not_up_targets)
         )
-    msg = f"{COMPONENT} at {base}: " + "; ".join(parts)
+    msg = check.message(base, "; ".join(parts))
     if matchers and nodes:
         msg += f" (nodes with a target not up: {', '.join(nodes)})"
     if state.get("api_error"):

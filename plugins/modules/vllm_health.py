@@ -24,16 +24,8 @@ author:
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
   - docker (the Docker SDK for Python on the managed node, only with O(container))
-attributes:
-  check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
-    details:
-      - The module only reads; the checks are performed in check mode as well.
-  diff_mode:
-    description:
-      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
+extends_documentation_fragment:
+  - aic.stack.health
 options:
   url:
     description:
@@ -169,116 +161,60 @@ from ansible_collections.aic.stack.plugins.module_utils.container_watch import (
     HAS_DOCKER,
     ContainerWatch,
 )
-from ansible_collections.aic.stack.plugins.module_utils.http import (
-    HttpRequestError,
-    excerpt,
-    join_url,
-    request,
-    wait_for_status,
-)
+from ansible_collections.aic.stack.plugins.module_utils.health_check import Check, run
+from ansible_collections.aic.stack.plugins.module_utils.http import excerpt
 from ansible_collections.aic.stack.plugins.module_utils.metrics import (
     HAS_PROMETHEUS_CLIENT,
     PROMETHEUS_CLIENT_IMPORT_ERROR,
-    MetricsParseError,
-    families_with_prefix,
-    parse,
 )
 
 COMPONENT = "vLLM"
-HEALTH_POLL_INTERVAL = 2.0
-
-
-class CheckFailed(Exception):
-    pass
 
 
 def run_checks(params, result, watch=None):
     base = params["url"]
     model = params["model"]
-    timeout = params["request_timeout"]
-
-    def fail(url, what):
-        # A hung engine answers /health but no completion: its container's own healthcheck tells since when.
-        health = watch.health() if watch is not None else None
-        raise CheckFailed(f"{COMPONENT} at {url}: {what}" + (f" ({health})" if health else ""))
+    # A hung engine answers /health but no completion: its container's own healthcheck tells since when.
+    check = Check(COMPONENT, base, params["request_timeout"], remark=watch.health if watch is not None else None)
 
     # 1. /health, waiting for the server to come up.
-    health_url = join_url(base, "/health")
-    waited = wait_for_status(
-        health_url,
-        expected=200,
-        timeout=params["wait_timeout"],
-        interval=HEALTH_POLL_INTERVAL,
-        request_timeout=timeout,
-        abort=watch.check if watch is not None else None,
-    )
-    if waited.aborted:
-        fail(
-            health_url,
-            f"not up after {waited.elapsed:.0f}s and waiting cannot help: {waited.aborted} "
-            f"(last GET /health: {waited.last_error})",
-        )
-    if not waited.ok:
-        fail(
-            health_url,
-            f"timed out after {params['wait_timeout']}s waiting for GET /health to return 200 "
-            f"({waited.attempts} attempts, last: {waited.last_error})",
-        )
+    check.wait("/health", params["wait_timeout"], abort=watch.check if watch is not None else None)
 
     # 2. /v1/models lists the model.
-    models_url = join_url(base, "/v1/models")
-    try:
-        resp = request(models_url, timeout=timeout)
-    except HttpRequestError as exc:
-        fail(models_url, f"GET /v1/models failed: {exc.reason}")
-    if resp.status != 200:
-        fail(models_url, f"GET /v1/models returned {resp.describe()}")
+    resp = check.request("/v1/models")
     try:
         data = resp.json().get("data")
         models = [str(m["id"]) for m in data]
     except (ValueError, AttributeError, TypeError, KeyError):
-        fail(models_url, f'unexpected /v1/models response (expected {{"data": [{{"id": ...}}]}}): {excerpt(resp.body)}')
+        check.fail(
+            check.url("/v1/models"),
+            f'unexpected /v1/models response (expected {{"data": [{{"id": ...}}]}}): {excerpt(resp.body)}',
+        )
     result["models"] = models
     if model not in models:
-        fail(base, f"model {model!r} not listed by /v1/models (served: {models!r})")
+        check.fail(base, f"model {model!r} not listed by /v1/models (served: {models!r})")
 
     # 3. A real completion.
-    completions_url = join_url(base, "/v1/completions")
+    completions_url = check.url("/v1/completions")
     payload = {
         "model": model,
         "prompt": params["prompt"],
         "max_tokens": params["max_tokens"],
         "temperature": 0,
     }
-    try:
-        resp = request(completions_url, method="POST", json_data=payload, timeout=timeout)
-    except HttpRequestError as exc:
-        fail(completions_url, f"POST /v1/completions failed: {exc.reason}")
-    if resp.status != 200:
-        fail(completions_url, f"POST /v1/completions returned {resp.describe()}")
+    resp = check.request("/v1/completions", method="POST", json_data=payload)
     try:
         text = resp.json()["choices"][0]["text"]
     except (ValueError, KeyError, IndexError, TypeError):
-        fail(completions_url, f"unexpected /v1/completions response (no choices[0].text): {excerpt(resp.body)}")
+        check.fail(completions_url, f"unexpected /v1/completions response (no choices[0].text): {excerpt(resp.body)}")
     if not isinstance(text, str) or len(text) == 0:
-        fail(completions_url, f"empty completion for model {model!r} (choices[0].text={text!r}): {excerpt(resp.body)}")
+        check.fail(
+            completions_url, f"empty completion for model {model!r} (choices[0].text={text!r}): {excerpt(resp.body)}"
+        )
     result["completion_text"] = text
 
     # 4. Prometheus metrics.
-    metrics_url = join_url(base, "/metrics")
-    try:
-        resp = request(metrics_url, timeout=timeout)
-    except HttpRequestError as exc:
-        fail(metrics_url, f"GET /metrics failed: {exc.reason}")
-    if resp.status != 200:
-        fail(metrics_url, f"GET /metrics returned {resp.describe()}")
-    try:
-        families = parse(resp.body)
-    except MetricsParseError as exc:
-        fail(metrics_url, str(exc))
-    matching = families_with_prefix(families, params["metric_prefix"])
-    if not matching:
-        fail(metrics_url, f"no {params['metric_prefix']} metrics (found {len(families)} families)")
+    _, matching = check.metrics(params["metric_prefix"])
     result["metric_families"] = len(matching)
 
 
@@ -313,13 +249,7 @@ def main():
             module.fail_json(
                 msg=f"{COMPONENT}: cannot inspect its container {module.params['container']!r}: {exc}", **result
             )
-    try:
-        run_checks(module.params, result, watch)
-    except CheckFailed as exc:
-        result["elapsed"] = round(time.monotonic() - start, 3)
-        module.fail_json(msg=str(exc), **result)
-    result["elapsed"] = round(time.monotonic() - start, 3)
-    module.exit_json(**result)
+    run(module, result, lambda out: run_checks(module.params, out, watch), start=start)
 
 
 if __name__ == "__main__":

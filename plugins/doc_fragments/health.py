@@ -1,0 +1,24 @@
+# Copyright: aic.stack developers
+# Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
+"""Documentation shared by the read-only health modules (vllm_health, lmcache_health, prometheus_targets).
+
+Only what reads the same in each of them: their options (url, wait_timeout, request_timeout...) differ in
+description or default from module to module, so each module documents its own.
+"""
+
+from __future__ import annotations
+
+
+class ModuleDocFragment:
+    DOCUMENTATION = r"""
+attributes:
+  check_mode:
+    description: Can run in C(check_mode) and return changed status prediction without modifying target.
+    support: full
+    details:
+      - The module only reads; the checks are performed in check mode as well.
+  diff_mode:
+    description:
+      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
+    support: none
+"""
