@@ -398,14 +398,42 @@ def brief(results, t0):
     )
 
 
-def vllm_events(node, since, until, event):
-    """Times of ``event`` (kill, start) of node's aic-vllm between ``since`` and ``until`` (Docker's own record)."""
-    out = on_node(
-        node,
-        f"docker events --since {int(since)} --until {int(until) + 1} --filter container=aic-vllm "
-        f"--filter event={event} --format '{{{{.TimeNano}}}}'",
-    ).stdout.split()
-    return [int(t) / 1e9 for t in out]
+class VllmEvents:
+    """Times of the kill and start events of every node's aic-vllm while the block runs, as Docker reports them.
+
+    Recorded as they happen (``docker events`` streaming from each node's engine), not asked for afterwards: an engine
+    keeps only its last 256 events, and the healthchecks' exec events (one probe every 3 s per container) push a
+    canary's kill out of that record long before a three-node rollout ends. (A stream left behind ends by itself.)"""
+
+    def __init__(self, nodes=NODES):
+        self.nodes = nodes
+        self.procs = {}
+        self.kill = {n: [] for n in nodes}
+        self.start = {n: [] for n in nodes}
+
+    def __enter__(self):
+        for node in self.nodes:
+            self.procs[node] = subprocess.Popen(
+                ["ssh", "-q", "-i", str(BED / "ssh" / "id_ed25519"), "-o", "UserKnownHostsFile=/dev/null",
+                 "-o", "StrictHostKeyChecking=no", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", f"aicop@{IP[node]}",
+                 "exec timeout 1800 docker events --filter container=aic-vllm --filter event=kill --filter event=start "
+                 "--format '{{.TimeNano}} {{.Action}}'"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+        time.sleep(2)  # every stream is subscribed before the block acts
+        for node, proc in self.procs.items():
+            assert proc.poll() is None, f"{node}: docker events ended at once (rc {proc.returncode})"
+        return self
+
+    def __exit__(self, *exc):
+        time.sleep(2)  # the last events reach the streams
+        for node, proc in self.procs.items():
+            proc.terminate()
+            out, _ = proc.communicate(timeout=30)
+            for line in out.splitlines():
+                nano, _, action = line.partition(" ")
+                (self.kill if action.startswith("kill") else self.start)[node].append(int(nano) / 1e9)
+        return False
 
 
 def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
@@ -414,14 +442,15 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     _, tmp = first_rollout
     build_on_nodes("aic-stack-cpu:rehearsal-next", ["LABEL ai.aic.rehearsal=next"])
     with Load() as load:
-        time.sleep(3)  # every node answers before the rollout starts
-        t0 = time.time()
-        runner = cluster.deploy(
-            tmp, aic_stack_image="aic-stack-cpu:rehearsal-next", aic_rollout_batch_size="100%",
-            event_handler=load.on_event,
-        )  # fmt: skip
-        t1 = time.time()
-        time.sleep(3)
+        with VllmEvents() as events:
+            time.sleep(1)  # every node answers before the rollout starts
+            t0 = time.time()
+            runner = cluster.deploy(
+                tmp, aic_stack_image="aic-stack-cpu:rehearsal-next", aic_rollout_batch_size="100%",
+                event_handler=load.on_event,
+            )  # fmt: skip
+            t1 = time.time()
+        time.sleep(1)
     assert runner.status == "successful", failures(runner)
     lines = summary(runner)
     for node in NODES:
@@ -430,8 +459,8 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
         # The devices the bad image's run took away from the canary are back (the next deploy reruns with no change).
         assert devices(node) == DEFAULT_DEVICES, node
 
-    stopped = {n: vllm_events(n, t0, t1, "kill") for n in NODES}
-    back = {n: vllm_events(n, t0, t1, "start") for n in NODES}
+    stopped = {n: [t for t in events.kill[n] if t0 <= t <= t1 + 1] for n in NODES}
+    back = {n: [t for t in events.start[n] if t0 <= t <= t1 + 1] for n in NODES}
     assert all(stopped[n] and back[n] for n in NODES), (stopped, back)
     # The canary first: node1's new vLLM started before the others' were stopped.
     assert back["node1"][-1] < min(stopped["node2"][0], stopped["node3"][0]), (stopped, back)
