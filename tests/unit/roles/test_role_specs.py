@@ -4,7 +4,7 @@ Ansible roles run in CI), so ``ansible-doc -t role`` and argument validation des
 The rules, for every role under ``roles/``:
 
 1. The role has ``meta/argument_specs.yml`` with the entry point ``main``, and every entry point ``<ep>`` is a
-   ``tasks/<ep>.yml`` (what ``tasks_from: <ep>`` runs).
+   ``tasks/<ep>.yml`` (what ``tasks_from: <ep>`` runs), except a schema recorded in ``SCHEMA_ENTRY_POINTS``.
 2. Every variable of ``defaults/main.yml`` is public and named ``<role>_...``.
 3. Every variable of ``defaults/main.yml`` is an option of at least one entry point, and of every entry point whose
    tasks read it. What an entry point reads: ``tasks/<ep>.yml``, the role's task files and templates it names
@@ -17,9 +17,9 @@ The rules, for every role under ``roles/``:
    lists the option (a templated one is described in words instead: its value depends on the plan or the inventory).
 6. Argument validation does not set defaults (ansible-core 2.19), so a spec ``default`` is only true if something
    else applies it: ``defaults/main.yml`` for the role's own variables. The one other allowed source is the plan:
-   the preflight role's ``aic_*`` inputs are defaulted by the aic.stack.plan action from ``module_utils/plan.DEFAULTS``
-   (an empty string means the default, which is why they are not in ``defaults/main.yml``), and their spec default
-   must equal it. Any other option with a spec ``default`` and no ``defaults/main.yml`` entry fails.
+   the preflight role's ``aic_*`` inputs (its schema entry point ``inputs``) are defaulted by the aic.stack.plan
+   action from ``module_utils/plan.DEFAULTS`` (an empty string means the default, which is why they are not in
+   ``defaults/main.yml``), and their spec default must equal it. Any other option with a spec ``default`` and no ``defaults/main.yml`` entry fails.
 7. Every option (sub-options included) has a ``type``; ``raw`` only where a reason is recorded in ``RAW_REASONS``.
 """
 
@@ -37,12 +37,14 @@ from ansible_collections.aic.stack.plugins.module_utils.plan import DEFAULTS as 
 ROLES_DIR = Path(__file__).resolve().parents[3] / "roles"
 ROLES = sorted(p.name for p in ROLES_DIR.iterdir() if (p / "tasks").is_dir())
 
-# Roles allowed to type options ``raw``, and why.
-RAW_REASONS = {
-    "preflight": (
-        "plan inputs that are int, float or bool in the plan are raw: an empty string (the default) and a string such "
-        "as '8000' from the inventory or -e must get past argument validation to the plan, which converts them and "
-        "names the variable when it cannot (tests/unit/plan/test_plan.py)"
+# Roles allowed to type options ``raw``, and why (none: every option has its real type).
+RAW_REASONS: dict[str, str] = {}
+
+# Entry points that are a schema, not something to run (no tasks file), and why.
+SCHEMA_ENTRY_POINTS = {
+    ("preflight", "inputs"): (
+        "the aic_* inputs, typed: the aic.stack.plan action validates them with ArgumentSpecValidator after the "
+        "empty-means-default step; as a role entry point, Ansible's validation would refuse '' (the default) for an int"
     ),
 }
 
@@ -162,7 +164,12 @@ def test_role_has_argument_specs_with_main_and_a_task_file_per_entry_point(role)
     assert (ROLES_DIR / role / "meta" / "argument_specs.yml").is_file(), f"{role}: no meta/argument_specs.yml"
     assert "main" in specs, f"{role}: argument_specs.yml has no entry point main"
     missing = [e for e in specs if not (ROLES_DIR / role / "tasks" / f"{e}.yml").is_file()]
-    assert not missing, f"{role}: entry points without tasks/<entry>.yml: {missing}"
+    assert not [e for e in missing if (role, e) not in SCHEMA_ENTRY_POINTS], (
+        f"{role}: entry points without tasks/<entry>.yml: {missing}"
+    )
+    # A schema entry point has no tasks file (tasks_from it fails plainly instead of validating).
+    schemas = [e for (r, e) in SCHEMA_ENTRY_POINTS if r == role]
+    assert not [e for e in schemas if e not in missing], f"{role}: schema entry points with tasks: {schemas}"
 
 
 @pytest.mark.parametrize("role", ROLES)
@@ -211,7 +218,7 @@ def test_spec_defaults_are_applied_by_defaults_main_or_the_plan(role):
         for name, option in _options(entry).items():
             if "default" not in option or name in defaults:
                 continue
-            if role == "preflight" and name in PLAN_DEFAULTS:
+            if (role, entry_name) == ("preflight", "inputs") and name in PLAN_DEFAULTS:
                 if not _same(option["default"], PLAN_DEFAULTS[name]):
                     problems.append(f"{entry_name}.{name}: spec default != plan DEFAULTS {PLAN_DEFAULTS[name]!r}")
                 continue
