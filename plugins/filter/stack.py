@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 import re
+
+from ansible.errors import AnsibleFilterError
 
 from ansible_collections.aic.stack.plugins.module_utils.container_specs import lmcache_env, vllm_spec
 from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import l2_adapters, server_args
@@ -16,6 +19,22 @@ def content_tag(value, length=12):
     """A stable short tag for any JSON-serialisable build input: same inputs, same tag."""
     blob = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
     return hashlib.sha256(blob).hexdigest()[: int(length)]
+
+
+def context_digests(files, root):
+    """``{path relative to root: sha256}`` of the files under ``root`` among ``files`` (ansible.builtin.find's
+    ``files``, found with ``get_checksum``): what a build context carries, for its content tag."""
+    root = posixpath.normpath(str(root))
+    out = {}
+    for entry in files or []:
+        path = posixpath.normpath(str(entry.get("path", "")))
+        if not path.startswith(root + "/"):
+            continue
+        checksum = entry.get("checksum")
+        if not checksum:
+            raise AnsibleFilterError(f"context_digests: {path} has no checksum (find it with get_checksum: true)")
+        out[posixpath.relpath(path, root)] = checksum
+    return out
 
 
 def kv_transfer_config(host, port, extra=None):
@@ -105,6 +124,7 @@ class FilterModule:
     def filters(self):
         return {
             "content_tag": content_tag,
+            "context_digests": context_digests,
             "kv_transfer_config": kv_transfer_config,
             "prometheus_config": prometheus_config,
             "lmcache_server_args": lmcache_server_args,

@@ -16,6 +16,7 @@ import yaml
 from ansible_collections.aic.stack.plugins.filter.stack import (
     FilterModule,
     content_tag,
+    context_digests,
     kv_transfer_config,
     lmcache_container_env,
     lmcache_l2_adapters,
@@ -40,6 +41,7 @@ def test_filter_module_exposes_the_filters():
     filters = FilterModule().filters()
     assert filters == {
         "content_tag": content_tag,
+        "context_digests": context_digests,
         "kv_transfer_config": kv_transfer_config,
         "prometheus_config": prometheus_config,
         "lmcache_server_args": lmcache_server_args,
