@@ -5,7 +5,7 @@ INVENTORY ?= inventories/local
 BIN := $(VENV)/bin
 PLAYBOOK := $(BIN)/ansible-playbook -i $(INVENTORY)
 
-.PHONY: setup build lock-wheels deploy down test lint unit integration molecule cliff-kvd cliff-spur-l2 rehearsal rehearsal-down
+.PHONY: setup build lock-wheels deploy down test lint sanity unit integration molecule cliff-kvd cliff-spur-l2 rehearsal rehearsal-down
 .DEFAULT_GOAL := deploy
 
 ## setup: create the venv with the pinned requirements and link the repo as the collection aic.stack
@@ -43,6 +43,12 @@ lint: setup
 	$(BIN)/ansible-lint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check plugins tests bench
+
+## sanity: ansible-test sanity with the venv's python, no Docker (scripts/sanity.sh: a copy of the checkout as
+## ansible_collections/aic/stack; tests/sanity/ignore-2.19.txt); SANITY_ARGS=--test pep8 picks tests or files
+SANITY_ARGS ?=
+sanity: setup
+	VENV=$(VENV) scripts/sanity.sh $(SANITY_ARGS)
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

@@ -62,7 +62,7 @@ def make_tarball(size_mib, shared_dir):
     with tempfile.TemporaryDirectory() as tmp:
         blob = os.path.join(tmp, "blob")
         with open(blob, "wb") as handle:
-            for _ in range(size_mib):
+            for _dummy in range(size_mib):
                 handle.write(os.urandom(1 << 20))
         run(["tar", "-C", tmp, "-cf", os.path.join(tmp, "root.tar"), "blob"])
         os.unlink(blob)
@@ -118,7 +118,7 @@ def playbook(manifest, strategy, extra):
         ),
     ]
     start = time.time()
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
     end = time.time()
     # Progress lines (image_broadcast) come first; the json callback prints one document at the end.
     text = proc.stdout[proc.stdout.find("\n{\n") + 1 :] if not proc.stdout.startswith("{") else proc.stdout
@@ -227,8 +227,11 @@ def main():
         "| N | strategy | transfer s | × S/B | load s | playbook s | changed |",
         "|---|---|---|---|---|---|---|",
     ]
+
+    def fmt(v):
+        return "-" if v is None else str(v)
+
     for r in rows:
-        fmt = lambda v: "-" if v is None else str(v)  # noqa: E731
         lines.append(
             f"| {r['nodes']} | {r['strategy']} | {fmt(r['transfer_s'])} | {fmt(r['ratio'])} | {fmt(r['load_s'])}"
             f" | {r['total_s']} | {r['changed']} |"

@@ -245,7 +245,7 @@ def l2_of_stack():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--faults", default=",".join(FAULTS))
     parser.add_argument("--period", type=float, default=0.5, help="seconds between two requests of the client")
     parser.add_argument("--freeze-s", type=float, default=30)

@@ -87,7 +87,7 @@ def measure(args):
     client = docker.from_env()
     container = client.containers.get(CONTAINER)
     restarts = []
-    for _ in range(args.restarts):
+    for _dummy in range(args.restarts):
         t0 = time.monotonic()
         container.restart(timeout=30)
         while not healthy():
@@ -139,7 +139,7 @@ def main(argv=None):
             print(f"  {json.dumps({k: round(v, 3) for k, v in results[arm].items()})}", flush=True)
     finally:
         deploy(None)  # the inventory's own setting again
-    (base, tuned) = results.values()
+    base, tuned = (results[arm] for arm in arms)
     print(f"\n{'metric':<14}{'baseline':>12}{'tuned':>12}{'tuned/base':>12}")
     for key in base:
         print(f"{key:<14}{base[key]:>12.3f}{tuned[key]:>12.3f}{tuned[key] / base[key]:>12.2f}")

@@ -84,7 +84,7 @@ def main(argv=None):
     for stale in client.containers.list(all=True, filters={"name": f"^{NAME}$"}):
         stale.remove(force=True)
     times = {arm: [] for arm in ARMS}
-    for _ in range(args.rounds):
+    for _dummy in range(args.rounds):
         for arm, extra in ARMS.items():
             times[arm].append(start_once(client, image, command, {**env, **extra}, args.timeout))
             print(f"{arm}: {times[arm][-1]:.1f} s", file=sys.stderr)

@@ -37,7 +37,7 @@ description:
     slurm_job_gpu_ids)).
   - The file must be named C(*slurm.yml) or C(*slurm.yaml).
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 extends_documentation_fragment:
   - ansible.builtin.constructed
 options:

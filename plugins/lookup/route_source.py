@@ -18,7 +18,7 @@ options:
     type: list
     elements: str
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

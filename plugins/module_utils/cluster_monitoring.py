@@ -139,7 +139,7 @@ def _unreachable(address):
 
 
 def _split(target):
-    host, _, port = str(target).rpartition(":")
+    host, _dummy, port = str(target).rpartition(":")
     return host, port
 
 

@@ -37,7 +37,7 @@ class ReleaseError(ValueError):
 
 def image_name(image):
     """``registry:5000/ns/name:tag`` -> ``registry:5000/ns/name``."""
-    head, _, last = image.rpartition("/")
+    head, _dummy, last = image.rpartition("/")
     name = last.rsplit(":", 1)[0] if ":" in last else last
     return f"{head}/{name}" if head else name
 
@@ -128,7 +128,7 @@ def resolve(name, pinned="", build=None, artifact_dir="", last_healthy=None):
         pointer = pointer_path(artifact_dir, name)
         data = read_json(pointer)
         if data is not None:
-            _, path = find_artifact(artifact_dir, data.get("image", ""))
+            _dummy, path = find_artifact(artifact_dir, data.get("image", ""))
             return record(data, "manifest", path or pointer)
     if last_healthy:
         return record(last_healthy, "last_healthy")

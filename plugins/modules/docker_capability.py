@@ -21,7 +21,7 @@ description:
     so it can never collide with, or remove, a container it did not create.
   - Talks to the engine through community.docker's API client (no Docker CLI, no Docker SDK for Python needed).
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 extends_documentation_fragment:
   - community.docker.docker.api_documentation
 attributes:

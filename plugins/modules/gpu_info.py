@@ -31,7 +31,7 @@ description:
   - The module never changes anything, so it always returns RV(ignore:changed=false) and probes
     in check mode too.
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 requirements:
   - For O(where=host), C(amd-smi), C(rocm-smi) or the amdgpu kernel driver (KFD sysfs) for AMD GPUs,
     C(nvidia-smi) for NVIDIA GPUs.

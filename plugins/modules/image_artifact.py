@@ -17,7 +17,7 @@ description:
   - On any failure the previous artifact and pointer are left untouched and the task fails.
   - Idempotent, when a complete artifact for the same image id exists nothing is written.
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 requirements:
   - docker (Python SDK) and the C(zstd) command on the build host
 attributes:

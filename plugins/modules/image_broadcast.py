@@ -77,7 +77,7 @@ attributes:
     support: full
     description: Runs on the controller.
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""

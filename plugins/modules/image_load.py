@@ -19,7 +19,7 @@ description:
     containers are untouched and the module fails naming both digests.
   - After loading, checks that O(image_id) exists and optionally removes O(path) (O(remove)).
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 requirements:
   - docker (Python SDK) and the C(zstd) command on the node
 attributes:

@@ -27,7 +27,7 @@ description:
     the daemon writes next to O(dest), and fails when the relay failed, died without a result (its pid is gone), or
     ran past O(wait_timeout).
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return changed status prediction without modifying target.

@@ -18,7 +18,7 @@ description:
   - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
     its checks in check mode too.
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
 extends_documentation_fragment:

@@ -28,7 +28,7 @@ description:
     patch applies to an upstream git checkout at the pinned tag and to the unpacked wheel. Text before
     the first C(diff --git) line (the C(From)/C(Subject) header and the explanation) is ignored.
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 requirements:
   - git (the C(git) executable, used as C(git apply); the source does not need to be a git repository)
 attributes:

@@ -21,7 +21,7 @@ description:
   - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
     its checks in check mode too.
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 extends_documentation_fragment:
   - aic.stack.health
 options:

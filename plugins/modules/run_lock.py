@@ -29,7 +29,7 @@ description:
   - Taking and releasing the lock is bookkeeping, not a change of the managed node, so the module never reports
     C(changed).
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return changed status prediction without modifying target.
@@ -158,6 +158,12 @@ action:
   returned: always
   type: str
   sample: taken
+msg:
+  description:
+    - What was done (would be done, in check mode), in words; with a taken-over stale lock, that lock's age and holder.
+  returned: always
+  type: str
+  sample: took /var/lib/aic/rollout.lock for alice@controller run 9f1c2d3e4b5a6978
 """
 
 import getpass

@@ -23,7 +23,7 @@ description:
     exit-status file first.
   - The Slurm client commands read the environment of the task (C(SLURM_CONF), C(SPUR_CONTROLLER_ADDR)).
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return changed status prediction without modifying target.
@@ -231,7 +231,7 @@ def main():
             result["elapsed"] = round(time.monotonic() - start, 2)
             action = "left it queued"
             if p["cancel_on_timeout"] and not module.check_mode:
-                crc, _, cerr = module.run_command(["scancel", *_controller_args(p), job_id])
+                crc, _dummy, cerr = module.run_command(["scancel", *_controller_args(p), job_id])
                 result["cancelled"] = crc == 0
                 result["changed"] = crc == 0
                 action = "cancelled it" if crc == 0 else f"could not cancel it: {cerr.strip()}"
@@ -243,7 +243,7 @@ def main():
 
     fields = {}
     if dialect == "slurm":
-        rc, out, _ = module.run_command(["scontrol", "show", "job", "-o", job_id])
+        rc, out, _dummy = module.run_command(["scontrol", "show", "job", "-o", job_id])
         if rc == 0:
             fields = slurm.parse_scontrol_job(out)
     if p["exit_file"]:
@@ -256,7 +256,7 @@ def main():
         if result["exit_code"] is None and code is not None:
             result["exit_code"], result["exit_source"] = code, "scontrol"
     if result["exit_code"] is None:
-        rc, out, _ = module.run_command(
+        rc, out, _dummy = module.run_command(
             ["sacct", *_controller_args(p), "-n", "-P", "-X", "-j", job_id, "-o", "JobID,State,ExitCode"]
         )
         if rc == 0:

@@ -20,7 +20,7 @@ description:
   - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
     its checks in check mode too.
 author:
-  - aic.stack developers
+  - aic.stack developers (!UNKNOWN)
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
   - docker (the Docker SDK for Python on the managed node, only with O(container))
@@ -214,7 +214,7 @@ def run_checks(params, result, watch=None):
     result["completion_text"] = text
 
     # 4. Prometheus metrics.
-    _, matching = check.metrics(params["metric_prefix"])
+    _dummy, matching = check.metrics(params["metric_prefix"])
     result["metric_families"] = len(matching)
 
 
@@ -224,7 +224,7 @@ def main():
             "url": {"type": "str", "required": True, "aliases": ["base_url"]},
             "model": {"type": "str", "required": True},
             "prompt": {"type": "str", "default": "The capital of France is"},
-            "max_tokens": {"type": "int", "default": 8},
+            "max_tokens": {"type": "int", "default": 8, "no_log": False},
             "wait_timeout": {"type": "int", "default": 300},
             "request_timeout": {"type": "int", "default": 60},
             "metric_prefix": {"type": "str", "default": "vllm:"},

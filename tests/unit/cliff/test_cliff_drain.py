@@ -94,7 +94,7 @@ def test_read_errors_are_recorded_and_restart_the_settle_period():
     result = cliff.wait_drained(read, interval=1, settle=3, bound=60, clock=fc.clock, sleep=fc.sleep)
     assert result.drained is True
     assert result.waited_s == 7  # stable again from t=4, settled at t=7
-    assert {"error": "ConnectionError: scrape failed"} in [v for _, v in result.samples]
+    assert {"error": "ConnectionError: scrape failed"} in [v for _dummy, v in result.samples]
 
 
 def test_zero_bound_samples_once():

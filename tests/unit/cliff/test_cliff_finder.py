@@ -39,11 +39,13 @@ def test_drop_threshold_is_relative_to_the_running_peak():
 def test_noisy_data_uses_the_median_of_iterations():
     rng = random.Random(7)
     base = {1: 1000, 8: 7500, 32: 24000, 64: 30000, 128: 30500, 250: 31000}
-    noisy = [(c, v * rng.uniform(0.95, 1.05)) for c, v in base.items() for _ in range(3)]
+    noisy = [(c, v * rng.uniform(0.95, 1.05)) for c, v in base.items() for _dummy in range(3)]
     assert cliff.find_cliff(noisy) is None
     # One outlier iteration (a 60% dip) is outvoted by the other two.
     assert cliff.find_cliff(noisy + [(64, 12000)]) is None
-    dropped = noisy + [(c, v * rng.uniform(0.95, 1.05) * 0.5) for c, v in base.items() if c >= 128 for _ in range(5)]
+    dropped = noisy + [
+        (c, v * rng.uniform(0.95, 1.05) * 0.5) for c, v in base.items() if c >= 128 for _dummy in range(5)
+    ]
     assert cliff.find_cliff(dropped) == 128
 
 

@@ -161,7 +161,7 @@ def test_arm_overrides_are_real_plan_variables(arm):
     overrides = cliff.arm_plan_overrides(cliff.resolve_profile("cliff_spur_l2"), arm)
     assert set(overrides) <= set(DEFAULTS)
     # ... and the plan accepts them (rocm flavour needs a model).
-    plan, _ = build_plan({"aic_flavour": "rocm", "aic_gpus": [0], **overrides})
+    plan, _dummy = build_plan({"aic_flavour": "rocm", "aic_gpus": [0], **overrides})
     assert plan["lmcache"]["l2_backend"] == overrides["aic_lmcache_l2_backend"]
 
 

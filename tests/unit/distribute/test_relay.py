@@ -76,7 +76,7 @@ class FramedServer(threading.Thread):
         self.start()
 
     def run(self):
-        conn, _ = self.sock.accept()
+        conn, _dummy = self.sock.accept()
         with conn:
             line = relay._recv_line(conn)
             self.requests.append(line)
@@ -92,7 +92,7 @@ def send_data(conn, data):
 
 def test_chain_of_three_moves_the_file_once_from_the_source(tmp_path, payload, source):
     _path, data, sha = payload
-    ports = [free_port() for _ in range(3)]
+    ports = [free_port() for _dummy in range(3)]
     nodes = []
     for i in range(3):
         upstreams = [{"name": f"n{j}", "host": "127.0.0.1", "port": ports[j]} for j in range(i - 1, -1, -1)]
@@ -138,7 +138,7 @@ def test_a_starved_but_alive_upstream_is_not_abandoned(tmp_path, payload):
     _path, data, sha = payload
 
     def slow(conn, offset):
-        for _ in range(4):  # 2 s of heartbeats, longer than the stall timeout
+        for _dummy in range(4):  # 2 s of heartbeats, longer than the stall timeout
             conn.sendall(relay.HEADER.pack(b"W", 0))
             time.sleep(0.5)
         send_data(conn, data[offset:])

@@ -63,7 +63,7 @@ class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = True
 
     def get_request(self):
-        request, _ = super().get_request()
+        request, _dummy = super().get_request()
         return request, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
 
 
@@ -102,7 +102,7 @@ def test_an_empty_answer_is_none_and_the_path_is_quoted(engine):
 
 
 def test_a_refusal_carries_the_status_and_the_engines_own_message(engine):
-    host, _ = engine
+    host, _dummy = engine
     with pytest.raises(DockerAPIError) as err:
         DockerAPI(host).call("POST", "/containers/create", body={"HostConfig": {"PidMode": "host"}})
     assert err.value.status == 403
@@ -110,14 +110,14 @@ def test_a_refusal_carries_the_status_and_the_engines_own_message(engine):
 
 
 def test_a_body_that_is_not_json_is_the_message(engine):
-    host, _ = engine
+    host, _dummy = engine
     with pytest.raises(DockerAPIError) as err:
         DockerAPI(host).call("GET", "/teapot")
     assert (err.value.status, err.value.message) == (418, "brew!")
 
 
 def test_exists_is_true_for_200_false_for_404_and_raises_otherwise(engine):
-    host, _ = engine
+    host, _dummy = engine
     api = DockerAPI(host)
     assert api.exists(docker_api.path("/images/{}/json", "sha256:abc")) is True
     assert api.exists(docker_api.path("/images/{}/json", "sha256:def")) is False

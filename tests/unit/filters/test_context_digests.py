@@ -47,7 +47,7 @@ def test_nothing_found_is_an_empty_context(tmp_path):
 
 
 def test_a_file_without_checksum_is_refused_naming_it(contexts):
-    base, _ = contexts
+    base, _dummy = contexts
     with pytest.raises(AnsibleFilterError, match=r"ca\.crt has no checksum"):
         context_digests([{"path": str(base / "certs" / "ca.crt")}], base)
 

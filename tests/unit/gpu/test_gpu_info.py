@@ -349,8 +349,14 @@ def test_host_bad_visible_devices_key(fake_bin, run_module):
 # -- container ----------------------------------------------------------------------------------------
 
 
-def container(fake_bin, tmp_path, torch_config=ROCM_MI300X_TORCH, **spec):
-    """A fake docker knowing container ``vllm``, whose python has a fake torch (None: no torch)."""
+_MI300X = object()
+
+
+def container(fake_bin, tmp_path, torch_config=_MI300X, **spec):
+    """A fake docker knowing container ``vllm``, whose python has a fake torch (default: ROCM_MI300X_TORCH; None: no
+    torch)."""
+    if torch_config is _MI300X:
+        torch_config = ROCM_MI300X_TORCH
     pythonpath = str(make_fake_torch(tmp_path / "site", torch_config)) if torch_config else str(tmp_path / "empty")
     spec = {"running": True, "env": {}, "pythonpath": pythonpath, "pythons": {"python3": sys.executable}, **spec}
     fake_bin.docker({"vllm": spec})

@@ -428,12 +428,12 @@ def test_visibility_hip_wins_over_cuda_on_amd():
 
 
 def test_visibility_cuda_applies_on_amd_without_hip():
-    visible, _ = gpu.apply_visibility(_amd(), "amd", {"CUDA_VISIBLE_DEVICES": "5"})
+    visible, _dummy = gpu.apply_visibility(_amd(), "amd", {"CUDA_VISIBLE_DEVICES": "5"})
     assert _physical(visible) == [5]
 
 
 def test_visibility_rocr_by_uuid():
-    visible, _ = gpu.apply_visibility(_amd(), "amd", {"ROCR_VISIBLE_DEVICES": "GPU-00000000000000a3,1"})
+    visible, _dummy = gpu.apply_visibility(_amd(), "amd", {"ROCR_VISIBLE_DEVICES": "GPU-00000000000000a3,1"})
     assert _physical(visible) == [3, 1]
 
 
@@ -446,7 +446,7 @@ def test_visibility_nvidia_ignores_rocm_variables():
 
 
 def test_visibility_nvidia_uuid_prefix():
-    visible, _ = gpu.apply_visibility(_nvidia(), "nvidia", {"CUDA_VISIBLE_DEVICES": "GPU-c47e2b18,GPU-2f5c"})
+    visible, _dummy = gpu.apply_visibility(_nvidia(), "nvidia", {"CUDA_VISIBLE_DEVICES": "GPU-c47e2b18,GPU-2f5c"})
     assert _physical(visible) == [3, 0]
 
 
@@ -463,7 +463,7 @@ def test_visibility_nvidia_uuid_prefix():
     ],
 )
 def test_visibility_cuda_list_semantics(value, expected):
-    visible, _ = gpu.apply_visibility(_nvidia(), "nvidia", {"CUDA_VISIBLE_DEVICES": value})
+    visible, _dummy = gpu.apply_visibility(_nvidia(), "nvidia", {"CUDA_VISIBLE_DEVICES": value})
     assert _physical(visible) == expected
 
 

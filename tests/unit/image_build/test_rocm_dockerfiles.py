@@ -253,7 +253,7 @@ def test_every_run_is_strict_and_valid_bash(image, case):
     for run in runs(parse(render(image, make_inputs(*CASES[case])))):
         assert run.startswith("set -eux; "), run[:60]
         assert "|| true" not in run and "||true" not in run
-        result = subprocess.run([bash, "-n", "-o", "pipefail", "-c", run], capture_output=True, text=True)
+        result = subprocess.run([bash, "-n", "-o", "pipefail", "-c", run], capture_output=True, text=True, check=False)
         assert result.returncode == 0, (result.stderr, run[:200])
 
 
@@ -372,7 +372,7 @@ def test_source_path_forces_hip_detection_in_setup_py(tmp_path):
     sed, check = _sed_and_check(_vllm_build(parse(render("stack", make_inputs("gfx950", "source")))))
     (tmp_path / "setup.py").write_text(SETUP_PY)
     script = f"set -eu -o pipefail; {sed}; {check}"
-    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr
     namespace = {}
     source = (tmp_path / "setup.py").read_text()
@@ -393,7 +393,7 @@ def test_source_path_fails_when_setup_py_has_no_is_hip(tmp_path):
     sed, check = _sed_and_check(_vllm_build(parse(render("stack", make_inputs("gfx950", "source")))))
     (tmp_path / "setup.py").write_text("def _is_cuda() -> bool:\n    return True\n")
     script = f"set -eu -o pipefail; VLLM_REF=v9; {sed}; {check}"
-    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True)
+    result = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=False)
     assert result.returncode == 1
     assert "vLLM v9: no def _is_hip() in setup.py to force HIP detection" in result.stderr
 
@@ -502,14 +502,17 @@ def helpers(tmp_path_factory):
     root = tmp_path_factory.mktemp("opt-aic")
     (run,) = [r for r in runs(parse(render("base", make_inputs("gfx950")))) if "> /opt/aic/bin/aic-apply-patches" in r]
     result = subprocess.run(
-        ["bash", "-o", "pipefail", "-c", run.replace("/opt/aic", str(root))], capture_output=True, text=True
+        ["bash", "-o", "pipefail", "-c", run.replace("/opt/aic", str(root))],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     for name in ("aic-env", "aic-jobs", "aic-fetch-src", "aic-apply-patches"):
         script = root / "bin" / name
         assert os.access(script, os.X_OK)
         assert script.read_text().startswith("#!/bin/sh\nset -eu\n")
-        assert subprocess.run(["sh", "-n", str(script)]).returncode == 0, name
+        assert subprocess.run(["sh", "-n", str(script)], check=False).returncode == 0, name
     return root
 
 
@@ -655,7 +658,7 @@ def test_jobs_default_is_bounded_by_cores_and_memory(helpers, tmp_path, value, a
     env.pop("BUILD_JOBS", None)
     if value is not None:
         env["BUILD_JOBS"] = value
-    result = subprocess.run([str(helpers / "bin" / "aic-jobs")], capture_output=True, text=True, env=env)
+    result = subprocess.run([str(helpers / "bin" / "aic-jobs")], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout == f"{expected}\n"
     assert f"aic-jobs: BUILD_JOBS unset: {expected} job(s)" in result.stderr
@@ -664,7 +667,7 @@ def test_jobs_default_is_bounded_by_cores_and_memory(helpers, tmp_path, value, a
 def test_jobs_default_reads_this_host(helpers):
     env = dict(os.environ)
     env.pop("BUILD_JOBS", None)
-    result = subprocess.run([str(helpers / "bin" / "aic-jobs")], capture_output=True, text=True, env=env)
+    result = subprocess.run([str(helpers / "bin" / "aic-jobs")], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
     assert 1 <= int(result.stdout) <= NPROC
 

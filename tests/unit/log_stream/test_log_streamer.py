@@ -262,7 +262,12 @@ def fake(tmp_path, monkeypatch):
 
 def script(tmp_path, *args):
     result = subprocess.run(
-        [sys.executable, str(SCRIPT), *args], capture_output=True, text=True, timeout=60, env=os.environ.copy()
+        [sys.executable, str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=os.environ.copy(),
+        check=False,
     )
     return result.returncode, (json.loads(result.stdout) if result.stdout.strip() else None), result.stderr
 
@@ -333,7 +338,7 @@ def test_start_follow_restart_recreate_stop(streamer, tmp_path, fake):
     stamps = [streamer.line_timestamp(line) for line in log.read_bytes().splitlines()]
     assert stamps == sorted(set(stamps))
 
-    rc, out, _ = script(tmp_path, "stop", "--state-dir", str(tmp_path / "state"), "--container", "c")
+    rc, out, _dummy = script(tmp_path, "stop", "--state-dir", str(tmp_path / "state"), "--container", "c")
     assert rc == 0 and out["changed"]
     (stopped,) = out["streamers"]
     assert stopped["stopped"] and not stopped["killed"] and stopped["pid"] == first["pid"]
@@ -342,7 +347,7 @@ def test_start_follow_restart_recreate_stop(streamer, tmp_path, fake):
     assert not streamer.pid_alive(first["pid"])
     assert not (tmp_path / "state" / "c.pid").exists()
 
-    rc, out, _ = script(tmp_path, "stop", "--state-dir", str(tmp_path / "state"), "--container", "c")
+    rc, out, _dummy = script(tmp_path, "stop", "--state-dir", str(tmp_path / "state"), "--container", "c")
     assert rc == 0 and not out["changed"]
 
 
@@ -369,7 +374,7 @@ def test_another_file_replaces_the_streamer(streamer, tmp_path, fake):
     assert second["replaced"]["pid"] == first["pid"] and second["replaced"]["stopped"]
     assert not streamer.pid_alive(first["pid"])
     assert wait_lines(tmp_path / "job2" / "c-stream.log", 1) == ["a0"]
-    rc, out, _ = script(tmp_path, "status", "--state-dir", str(tmp_path / "state"), "--container", "c")
+    rc, out, _dummy = script(tmp_path, "status", "--state-dir", str(tmp_path / "state"), "--container", "c")
     assert rc == 0 and [(s["running"], s["job_id"]) for s in out["streamers"]] == [(True, "j2")]
 
 
@@ -385,6 +390,6 @@ def test_a_missing_container_is_waited_for(streamer, tmp_path, fake):
 
 
 def test_status_of_nothing(streamer, tmp_path):
-    rc, out, _ = script(tmp_path, "status", "--state-dir", str(tmp_path / "none"), "--container", "x")
+    rc, out, _dummy = script(tmp_path, "status", "--state-dir", str(tmp_path / "none"), "--container", "x")
     assert rc == 0
     assert out["streamers"] == [{"container": "x", "running": False, "pid": None, "size": None}]

@@ -172,7 +172,7 @@ def test_racers_on_a_stale_lock_exactly_one_holds_it(tmp_path, round_):
     procs = [ctx.Process(target=_race, args=(str(lock), f"r{i}", barrier, results)) for i in range(racers)]
     for proc in procs:
         proc.start()
-    outcome = dict(results.get(timeout=20) for _ in procs)
+    outcome = dict(results.get(timeout=20) for _dummy in procs)
     for proc in procs:
         proc.join(10)
         assert proc.exitcode == 0

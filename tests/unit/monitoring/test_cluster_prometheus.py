@@ -83,7 +83,7 @@ class MetricsServer:
 
 def free_port_on_all(addresses, count=1):
     """A port P such that P .. P+count-1 are free on every address (every node publishes the same ports)."""
-    for _ in range(200):
+    for _dummy in range(200):
         with socket.socket() as probe:
             probe.bind((addresses[0], 0))
             port = probe.getsockname()[1]
@@ -123,7 +123,7 @@ def ports():
 def hostvars(ports):
     out = {"mon": {"aic_plan": build_plan({"aic_stack_name": "aic"})[0]}}
     for name, address in NODES.items():
-        plan, _ = build_plan(
+        plan, _dummy = build_plan(
             {
                 "aic_flavour": "rocm",
                 "aic_vllm_model": "org/m",

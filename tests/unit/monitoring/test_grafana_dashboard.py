@@ -201,7 +201,7 @@ def test_datasource_variable_is_a_prometheus_datasource_defaulting_to_the_provis
 
 
 def test_key_panels_are_present():
-    exprs = "\n".join(e for _, _, e in EXPRESSIONS)
+    exprs = "\n".join(e for _dummy, _dummy, e in EXPRESSIONS)
     for needle in (
         "vllm:request_success_total",
         "vllm:time_to_first_token_seconds_bucket",
@@ -313,7 +313,7 @@ def query(url, expr):
 
 
 @needs_prometheus
-@pytest.mark.parametrize("title, ref_id, expr", ALL_EXPRESSIONS, ids=[f"{t}/{r}" for t, r, _ in ALL_EXPRESSIONS])
+@pytest.mark.parametrize("title, ref_id, expr", ALL_EXPRESSIONS, ids=[f"{t}/{r}" for t, r, _dummy in ALL_EXPRESSIONS])
 def test_expression_is_accepted_by_prometheus(prometheus, title, ref_id, expr):
     status, answer = query(prometheus, substitute(expr))
     assert (status, answer.get("status")) == (200, "success"), f"{title} {ref_id}: {answer.get('error')}"
@@ -353,7 +353,7 @@ def test_known_metrics_file_lists_valid_names():
     assert all(re.fullmatch(r"[a-zA-Z_:][a-zA-Z0-9_:]*", n) for n in names)
 
 
-@pytest.mark.parametrize("title, ref_id, expr", ALL_EXPRESSIONS, ids=[f"{t}/{r}" for t, r, _ in ALL_EXPRESSIONS])
+@pytest.mark.parametrize("title, ref_id, expr", ALL_EXPRESSIONS, ids=[f"{t}/{r}" for t, r, _dummy in ALL_EXPRESSIONS])
 def test_every_metric_name_is_known(title, ref_id, expr):
     names = metric_names(substitute(expr))
     assert names, f"{title} {ref_id}: no metric name found in {expr!r}"
@@ -371,7 +371,7 @@ def test_a_misspelt_metric_name_is_caught():
 
 
 def render_datasource(inputs=None):
-    plan, _ = build_plan(inputs or {})
+    plan, _dummy = build_plan(inputs or {})
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return yaml.safe_load(env.from_string(DATASOURCE_TEMPLATE.read_text()).render(aic_plan=plan))
 

@@ -13,7 +13,7 @@ REPO = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_grafana_is_off_by_default():
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     assert plan["monitoring"]["grafana"] == {
         "enabled": False,
         "image": "grafana/grafana:13.1.3",
@@ -25,7 +25,7 @@ def test_grafana_is_off_by_default():
 
 @pytest.mark.parametrize("value", [True, "true", "yes", "1"])
 def test_grafana_can_be_enabled(value):
-    plan, _ = build_plan({"aic_grafana_enabled": value, "aic_stack_name": "lab", "aic_grafana_port": "13000"})
+    plan, _dummy = build_plan({"aic_grafana_enabled": value, "aic_stack_name": "lab", "aic_grafana_port": "13000"})
     grafana = plan["monitoring"]["grafana"]
     assert grafana["enabled"] is True
     assert grafana["container"] == "lab-grafana"
@@ -54,7 +54,7 @@ def test_another_port_colliding_with_grafana_is_rejected():
 def test_spur_leaves_grafana_off():
     values = yaml.safe_load((REPO / "inventories" / "spur" / "group_vars" / "all" / "main.yml").read_text())
     values["aic_gpus"] = "2"
-    plan, _ = build_plan(values)
+    plan, _dummy = build_plan(values)
     assert plan["monitoring"]["grafana"]["enabled"] is False
     assert plan["monitoring"]["grafana"]["image"] == "grafana/grafana:13.1.3"
 

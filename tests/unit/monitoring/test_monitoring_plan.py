@@ -12,7 +12,7 @@ def exporters(plan):
 
 
 def test_defaults():
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     mon = plan["monitoring"]
     assert mon["mode"] == "auto"
     assert mon["docker_host"] == ""
@@ -36,7 +36,7 @@ def test_defaults():
 
 
 def test_rocm_enables_the_amd_exporter_and_nixl_job():
-    plan, _ = build_plan(
+    plan, _dummy = build_plan(
         {"aic_flavour": "rocm", "aic_gpus": "1", "aic_vllm_model": "org/m", "aic_lmcache_l2_backend": "nixl_posix"}
     )
     assert exporters(plan)["amd_metrics_exporter"]["enabled"] is True
@@ -44,7 +44,7 @@ def test_rocm_enables_the_amd_exporter_and_nixl_job():
 
 
 def test_ports_are_the_plan_ports():
-    plan, _ = build_plan({"aic_stack_name": "mon", "aic_node_exporter_port": "19100"})
+    plan, _dummy = build_plan({"aic_stack_name": "mon", "aic_node_exporter_port": "19100"})
     assert plan["ports"]["node_exporter"] == 19100
     assert exporters(plan)["node_exporter"]["targets"] == ["mon-node-exporter:19100"]
 
@@ -68,7 +68,7 @@ def test_bad_monitoring_inputs_name_the_variable(inputs, name):
 
 @pytest.mark.parametrize("value", ["unix:///run/aic/docker.sock", "tcp://10.0.0.5:2376", "ssh://user@node1"])
 def test_docker_host_urls_are_accepted(value):
-    plan, _ = build_plan({"aic_docker_host": value})
+    plan, _dummy = build_plan({"aic_docker_host": value})
     assert plan["monitoring"]["docker_host"] == value
 
 
@@ -80,7 +80,7 @@ def test_spur_pins_the_upstream_exporter_images():
     repo = pathlib.Path(__file__).resolve().parents[3]
     values = yaml.safe_load((repo / "inventories" / "spur" / "group_vars" / "all" / "main.yml").read_text())
     values["aic_gpus"] = "2"
-    plan, _ = build_plan(values)
+    plan, _dummy = build_plan(values)
     assert exporters(plan)["node_exporter"]["image"] == "quay.io/prometheus/node-exporter:v1.12.1"
     assert exporters(plan)["amd_metrics_exporter"]["image"] == "rocm/device-metrics-exporter:v1.5.1"
     assert exporters(plan)["amd_metrics_exporter"]["enabled"] is True

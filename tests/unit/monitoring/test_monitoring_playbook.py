@@ -49,7 +49,7 @@ def test_the_monitoring_host_is_named_by_the_filter_and_scrapes_every_planned_no
 
 
 def test_the_base_image_is_resolved_only_where_a_monitoring_image_is_built_from_it():
-    nodes, server, _ = plays()
+    nodes, server, _dummy = plays()
     for play, part in ((nodes, "exporters"), (server, "server")):
         resolve = next(
             t for t in play["tasks"] if t.get("ansible.builtin.include_role", {}).get("name") == "image_build"

@@ -39,7 +39,7 @@ def render_rules(slab_dir="/var/lib/aic/slab/nvme/lmcache", mountpoint="/var/lib
 
 
 def promtool(*args, cwd=None):
-    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture
@@ -152,7 +152,7 @@ def scrape_config(plan, running):
     ids=["cpu", "cpu-nixl-prometheus-only", "rocm"],
 )
 def test_promtool_check_config(tmp_path, inputs, running):
-    plan, _ = build_plan(inputs)
+    plan, _dummy = build_plan(inputs)
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "aic.yml").write_text(render_rules())
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(scrape_config(plan, running)))
@@ -161,7 +161,7 @@ def test_promtool_check_config(tmp_path, inputs, running):
 
 
 def test_scrape_targets_come_from_the_plan_ports():
-    plan, _ = build_plan(
+    plan, _dummy = build_plan(
         {
             "aic_stack_name": "lab",
             "aic_flavour": "rocm",
@@ -186,7 +186,7 @@ def test_scrape_targets_come_from_the_plan_ports():
 
 
 def test_only_running_exporters_are_scraped():
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     jobs = {job["job_name"] for job in scrape_config(plan, [])["scrape_configs"]}
     assert jobs == {"prometheus", "vllm", "lmcache"}
 

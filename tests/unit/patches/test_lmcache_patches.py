@@ -410,7 +410,9 @@ def check_01_cache_salt_isolates_keys(tree, monkeypatch):
     tokens = list(range(100, 112))  # three chunks of 4
 
     def keys(request_configs):
-        return [key.to_string() for _, _, key in storage.process_tokens(tokens, request_configs=request_configs)]
+        return [
+            key.to_string() for _dummy, _dummy, key in storage.process_tokens(tokens, request_configs=request_configs)
+        ]
 
     def lookup_keys(salt):
         """Keys of the scheduler's lookup (get_num_new_matched_tokens) for a request with ``salt``."""
@@ -562,7 +564,7 @@ def check_03_no_eviction_message(tree, caplog):
         )
 
     def eviction_levels():
-        return {level for level, _ in _messages(caplog, "fake_gds_backend", "does not support eviction")}
+        return {level for level, _dummy in _messages(caplog, "fake_gds_backend", "does not support eviction")}
 
     with caplog.at_level(logging.DEBUG, logger="fake_gds_backend"):
         # Room in the buffer: asking for eviction (StorageManager always does) is no reason to warn.
@@ -636,12 +638,12 @@ def check_04_hasher_and_storage_agree(tree, monkeypatch, tmp_path):
 
     # The storage (cache engine / lookup client) keys, then the recorders built beside it.
     storage = token_database_class(config, METADATA)
-    stored = [key for _, _, key in storage.process_tokens(tokens)]
+    stored = [key for _dummy, _dummy, key in storage.process_tokens(tokens)]
     assert len(stored) == 2
     recorder = file_hash_class(config, config.chunk_size)
     bloom = bloom_class(config, config.chunk_size)
     try:
-        restored = [key for _, _, key in storage.process_tokens(tokens)]
+        restored = [key for _dummy, _dummy, key in storage.process_tokens(tokens)]
         assert restored == stored, "building the recorder changed the keys the storage computes"
         recorded = recorder.preprocess(tokens)
         assert recorded == [hex(key.chunk_hash & MASK64) for key in stored], (
@@ -731,7 +733,7 @@ def _static_backend(module, pool):
 
 def _chunks(count, start=0):
     meta = types.SimpleNamespace(address=0, shape=(2, 4), dtype=FAKE_BF16, fmt="KV_2LTD")
-    return [f"key-{start + i}" for i in range(count)], [types.SimpleNamespace(meta=meta) for _ in range(count)]
+    return [f"key-{start + i}" for i in range(count)], [types.SimpleNamespace(meta=meta) for _dummy in range(count)]
 
 
 def check_05_ais_mt_slots_sized_before_first_write(tree, tmp_path, monkeypatch):
@@ -873,7 +875,7 @@ class FakeGpuBuffer:
         return self.ptr
 
     def __getitem__(self, part):
-        start, stop, _ = part.indices(self.nbytes)
+        start, stop, _dummy = part.indices(self.nbytes)
         return FakeGpuBuffer(self.ptr + start, stop - start)
 
 
@@ -1127,7 +1129,7 @@ def check_07_ais_mt_accepted(tree, tmp_path):
         assert agent.nixl_agent.backend == ("AIS_MT", params)
         assert agent.pool.total_objs == 2 * 4  # two files of four pages
         files = [reg for mem_type, regs in agent.nixl_agent.registered if mem_type == "FILE" for reg in regs]
-        assert [(offset, length) for offset, length, _fd, _ in files] == [(0, 4 * PAGE)] * 2
+        assert [(offset, length) for offset, length, _fd, _dummy in files] == [(0, 4 * PAGE)] * 2
         assert len(list((tmp_path / "ais").glob("obj_*.bin"))) == 2
     finally:
         agent.close()

@@ -393,8 +393,12 @@ MUTATIONS = {
     ),
     "buffer offset ignored": (
         "src/plugins/mt/ais/ais_mt_hipfile.h",
-        "static_cast<hoff_t>(buffer_offset));\n        } else {\n            rc = hipFileWrite(file.get(), buffer_base, size, static_cast<hoff_t>(file_offset),\n                              static_cast<hoff_t>(buffer_offset));",
-        "static_cast<hoff_t>(buffer_offset));\n        } else {\n            rc = hipFileWrite(file.get(), buffer_base, size, static_cast<hoff_t>(file_offset),\n                              0);",
+        "static_cast<hoff_t>(buffer_offset));\n        } else {\n"
+        "            rc = hipFileWrite(file.get(), buffer_base, size, static_cast<hoff_t>(file_offset),\n"
+        "                              static_cast<hoff_t>(buffer_offset));",
+        "static_cast<hoff_t>(buffer_offset));\n        } else {\n"
+        "            rc = hipFileWrite(file.get(), buffer_base, size, static_cast<hoff_t>(file_offset),\n"
+        "                              0);",
         "FAIL the bytes are in the file at the file offset",
     ),
     "short transfers accepted": (

@@ -370,7 +370,7 @@ def test_09_make_prepped_xfer_serialised_transfers_parallel(patched_file):
     assert errors == []
     assert len(fake.made) == 6
     assert fake.max_in_make == 1  # never two make_prepped_xfer at once
-    assert all(held for *_, held in fake.made)  # ... because each ran under the agent's lock
+    assert all(held for *_dummy, held in fake.made)  # ... because each ran under the agent's lock
     assert fake.max_in_flight >= 2  # while the transfers did overlap
     assert fake.in_flight == 0
 

@@ -31,7 +31,7 @@ def test_fs_puts_one_file_system_adapter_on_its_own_directory_of_the_nvme_dir():
 
 
 def test_the_nixl_backend_keeps_its_directory_apart_from_fs():
-    plan, _ = build_plan({"aic_lmcache_l2_backend": "nixl_posix", "aic_lmcache_nvme_dir": "/mnt/nvme/aic"})
+    plan, _dummy = build_plan({"aic_lmcache_l2_backend": "nixl_posix", "aic_lmcache_nvme_dir": "/mnt/nvme/aic"})
     assert plan["paths"]["l2_dirs"] == ["/mnt/nvme/aic/lmcache"]
     assert [a["type"] for a in adapters(lmcache_args.server_args(plan["lmcache"], plan["ports"]))] == ["nixl_store"]
 

@@ -247,7 +247,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
 def test_defaults_are_not_shared_with_the_plan():
     """Mutating a returned plan must not change DEFAULTS (list defaults are not aliased)."""
     before = copy.deepcopy(DEFAULTS)
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     plan["images"]["stack"]["pip_packages"].append("evil==1")
     plan["vllm"]["extra_args"].append("--evil")
     assert before == DEFAULTS
@@ -279,8 +279,8 @@ def test_build_plan_does_not_mutate_inputs():
     ids=["defaults", "custom", "string-ports"],
 )
 def test_endpoints_names_and_scrape_jobs_follow_the_ports(inputs):
-    plan, _ = build_plan(inputs)
-    values, _ = normalize(inputs)
+    plan, _dummy = build_plan(inputs)
+    values, _dummy = normalize(inputs)
     ports = plan["ports"]
     assert ports == {
         "vllm": values["aic_vllm_port"],
@@ -338,7 +338,7 @@ def test_every_field_reaches_the_normalised_values():
 
 @pytest.mark.parametrize("work_dir, expected", [("/srv/aic/", "/srv/aic"), ("/", "/")])
 def test_work_dir_trailing_slash(work_dir, expected):
-    plan, _ = build_plan({"aic_work_dir": work_dir})
+    plan, _dummy = build_plan({"aic_work_dir": work_dir})
     assert plan["paths"]["work_dir"] == expected
     assert plan["paths"]["build_dir"] == expected.rstrip("/") + "/build"
 
@@ -366,15 +366,15 @@ def test_all_fields_unset_at_once_give_the_default_plan():
 
 @pytest.mark.parametrize("name", list(INT_FIELDS))
 def test_string_integers_are_accepted(name):
-    values, _ = normalize({name: str(DEFAULTS[name])})
+    values, _dummy = normalize({name: str(DEFAULTS[name])})
     assert values[name] == DEFAULTS[name]
     assert isinstance(values[name], int)
 
 
 def test_string_port_8000():
-    values, _ = normalize({"aic_vllm_port": "8000"})
+    values, _dummy = normalize({"aic_vllm_port": "8000"})
     assert values["aic_vllm_port"] == 8000
-    plan, _ = build_plan({"aic_vllm_port": " 8001 "})
+    plan, _dummy = build_plan({"aic_vllm_port": " 8001 "})
     assert plan["ports"]["vllm"] == 8001
     assert plan["endpoints"]["vllm"] == "http://127.0.0.1:8001"
 
@@ -398,7 +398,7 @@ def test_out_of_range_ports_are_rejected(name, value):
 @pytest.mark.parametrize("value", [1, 65535])
 def test_port_range_bounds_are_accepted(name, value):
     # Avoid clashing with another default port.
-    plan, _ = build_plan({name: value})
+    plan, _dummy = build_plan({name: value})
     assert value in plan["ports"].values()
 
 
@@ -451,7 +451,7 @@ def test_unknown_flavour_is_rejected(flavour):
 
 
 def test_flavour_is_stripped():
-    plan, _ = build_plan({"aic_flavour": " cpu "})
+    plan, _dummy = build_plan({"aic_flavour": " cpu "})
     assert plan["flavour"] == "cpu"
     assert plan["images"]["stack"]["name"] == "aic-stack-cpu"
 
@@ -467,13 +467,13 @@ def test_rocm_needs_a_model(model):
 
 
 def test_rocm_defaults():
-    plan, _ = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "meta-llama/Llama-3.1-8B", "aic_gpus": "0"})
+    plan, _dummy = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "meta-llama/Llama-3.1-8B", "aic_gpus": "0"})
     assert plan["flavour"] == "rocm"
     assert plan["vllm"]["model"] == "meta-llama/Llama-3.1-8B"
     assert plan["vllm"]["model_name"] == "meta-llama/Llama-3.1-8B"  # defaults to the model for rocm
     assert plan["vllm"]["dtype"] == "auto"
     assert plan["images"]["stack"]["name"] == "aic-stack-rocm"
-    plan, _ = build_plan(
+    plan, _dummy = build_plan(
         {
             "aic_flavour": "rocm",
             "aic_vllm_model": "m",
@@ -487,7 +487,7 @@ def test_rocm_defaults():
 
 
 def test_cpu_has_a_default_model():
-    plan, _ = build_plan({"aic_flavour": "cpu", "aic_vllm_model": ""})
+    plan, _dummy = build_plan({"aic_flavour": "cpu", "aic_vllm_model": ""})
     assert plan["vllm"]["model"] == DEFAULTS["aic_vllm_model"]
 
 
@@ -522,7 +522,7 @@ def test_bad_bind_address_is_rejected(address):
     [("::1", "[::1]"), ("2001:db8::5", "[2001:db8::5]"), ("::", "[::]"), ("0.0.0.0", "0.0.0.0")],
 )
 def test_bind_address_formats_endpoints(address, host):
-    plan, _ = build_plan({"aic_bind_address": address})
+    plan, _dummy = build_plan({"aic_bind_address": address})
     assert plan["bind_address"] == address
     assert plan["endpoints"] == {
         "vllm": f"http://{host}:8000",
@@ -565,7 +565,7 @@ def test_shm_smaller_than_l1_is_rejected():
 
 
 def test_shm_equal_to_l1_is_accepted():
-    plan, _ = build_plan({"aic_lmcache_l1_size_gb": 3, "aic_lmcache_shm_size_gb": "3"})
+    plan, _dummy = build_plan({"aic_lmcache_l1_size_gb": 3, "aic_lmcache_shm_size_gb": "3"})
     assert plan["lmcache"]["shm_size_gb"] == plan["lmcache"]["l1_size_gb"] == 3
 
 
@@ -581,7 +581,7 @@ def test_chunk_larger_than_max_model_len_is_rejected():
 
 
 def test_chunk_equal_to_max_model_len_is_accepted():
-    plan, _ = build_plan({"aic_lmcache_chunk_size": 256, "aic_vllm_max_model_len": "256"})
+    plan, _dummy = build_plan({"aic_lmcache_chunk_size": 256, "aic_vllm_max_model_len": "256"})
     assert plan["lmcache"]["chunk_size"] == plan["vllm"]["max_model_len"] == 256
 
 
@@ -606,18 +606,18 @@ def test_validate_accepts_the_defaults_and_rejects_a_bad_value():
 )
 def test_comma_separated_strings_are_accepted_for_lists(name, value, expected):
     assert name in LIST_FIELDS
-    values, _ = normalize({name: value})
+    values, _dummy = normalize({name: value})
     assert values[name] == expected
     build_plan({name: value})
 
 
 def test_list_items_become_strings_and_tuples_are_accepted():
-    values, _ = normalize({"aic_vllm_extra_args": ("--seed", 1)})
+    values, _dummy = normalize({"aic_vllm_extra_args": ("--seed", 1)})
     assert values["aic_vllm_extra_args"] == ["--seed", "1"]
 
 
 def test_explicit_empty_list_is_kept():
-    values, _ = normalize({"aic_pip_nodeps_packages": []})
+    values, _dummy = normalize({"aic_pip_nodeps_packages": []})
     assert values["aic_pip_nodeps_packages"] == []
 
 
@@ -634,7 +634,7 @@ def test_unknown_aic_variables_produce_warnings_naming_them():
     assert all("unknown" in w for w in warnings)
     assert not any("aic_plan" in w or "ansible_host" in w or "other" in w for w in warnings)
     assert plan["ports"]["vllm"] == 8000  # the typo is ignored, not applied
-    _, unknown = normalize({"aic_vlm_port": 8001})
+    _dummy, unknown = normalize({"aic_vlm_port": 8001})
     assert unknown == ["aic_vlm_port"]
 
 
@@ -693,7 +693,7 @@ def rocm_inputs(**extra):
 
 
 def test_rocm_runs_one_vllm_per_gpu_of_the_allocation_each_on_its_own_port():
-    plan, _ = build_plan(rocm_inputs(aic_gpus=["4", "5", "7"]))
+    plan, _dummy = build_plan(rocm_inputs(aic_gpus=["4", "5", "7"]))
     instances = plan["vllm_instances"]
     assert [i["gpu"] for i in instances] == ["4", "5", "7"]
     assert [i["port"] for i in instances] == [8000, 8001, 8002]
@@ -706,9 +706,9 @@ def test_rocm_runs_one_vllm_per_gpu_of_the_allocation_each_on_its_own_port():
 
 
 def test_cpu_runs_one_vllm_unless_asked_for_more():
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     assert [(i["name"], i["port"], i["gpu"]) for i in plan["vllm_instances"]] == [("aic-vllm", 8000, None)]
-    plan, _ = build_plan({"aic_vllm_instances": "2"})
+    plan, _dummy = build_plan({"aic_vllm_instances": "2"})
     assert [(i["name"], i["port"], i["gpu"]) for i in plan["vllm_instances"]] == [
         ("aic-vllm", 8000, None),
         ("aic-vllm-1", 8001, None),
@@ -716,7 +716,7 @@ def test_cpu_runs_one_vllm_unless_asked_for_more():
 
 
 def test_explicit_instance_count_uses_the_first_gpus():
-    plan, _ = build_plan(rocm_inputs(aic_gpus=["2", "3", "6"], aic_vllm_instances=2))
+    plan, _dummy = build_plan(rocm_inputs(aic_gpus=["2", "3", "6"], aic_vllm_instances=2))
     assert [i["gpu"] for i in plan["vllm_instances"]] == ["2", "3"]
 
 
@@ -766,7 +766,7 @@ def test_vllm_without_lmcache_has_no_kv_transfer_config():
 
 
 def test_rollout_inputs_reach_the_plan():
-    plan, _ = build_plan(
+    plan, _dummy = build_plan(
         {
             "aic_rollout_canary": "2",
             "aic_rollout_batch_size": "3",
@@ -775,7 +775,7 @@ def test_rollout_inputs_reach_the_plan():
         }
     )
     assert plan["rollout"] == {"canary": 2, "batch_size": 3, "max_fail_percentage": 50, "reach_timeout": 5}
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     assert plan["rollout"] == {"canary": 1, "batch_size": "25%", "max_fail_percentage": 0, "reach_timeout": 30}
     assert plan["rocm_devices"] == ["/dev/kfd", "/dev/dri"]
 
@@ -799,11 +799,13 @@ def test_bad_rollout_and_device_inputs_name_the_field(inputs, field):
 
 
 def test_monitoring_images_to_distribute_are_the_pinned_ones():
-    plan, _ = build_plan(
+    plan, _dummy = build_plan(
         {"aic_distribute_monitoring_images": "true", "aic_prometheus_image": "prom/prometheus:v3.13.2"}
     )
     assert plan["images"]["distribute_monitoring"] == ["prom/prometheus:v3.13.2"]
-    plan, _ = build_plan({"aic_flavour": "rocm", "aic_vllm_model": "org/m", "aic_distribute_monitoring_images": True})
+    plan, _dummy = build_plan(
+        {"aic_flavour": "rocm", "aic_vllm_model": "org/m", "aic_distribute_monitoring_images": True}
+    )
     assert plan["images"]["distribute_monitoring"] == [
         "prom/prometheus:v3.13.2",
         "quay.io/prometheus/node-exporter:v1.12.1",

@@ -18,7 +18,7 @@ def rocm(**extra):
 
 
 def test_defaults_keep_the_local_single_node_stack():
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     assert plan["advertise_address"] == "127.0.0.1"
     assert plan["publish_address"] == "127.0.0.1"
     assert plan["monitoring"]["host"] == ""
@@ -27,13 +27,15 @@ def test_defaults_keep_the_local_single_node_stack():
 
 
 def test_the_advertise_address_defaults_to_the_bind_address():
-    plan, _ = build_plan({"aic_bind_address": "10.0.0.5"})
+    plan, _dummy = build_plan({"aic_bind_address": "10.0.0.5"})
     assert plan["advertise_address"] == "10.0.0.5"
     assert plan["endpoints"]["vllm"] == "http://10.0.0.5:8000"
 
 
 def test_publish_on_every_address_and_advertise_a_name():
-    plan, _ = build_plan({"aic_bind_address": "0.0.0.0", "aic_advertise_address": "spur-n07", "aic_vllm_instances": 2})
+    plan, _dummy = build_plan(
+        {"aic_bind_address": "0.0.0.0", "aic_advertise_address": "spur-n07", "aic_vllm_instances": 2}
+    )
     # Docker publishes on the bind address; the other hosts (and the endpoints) use the advertised one.
     assert plan["publish_address"] == "0.0.0.0"
     assert plan["advertise_address"] == "spur-n07"
@@ -46,7 +48,7 @@ def test_publish_on_every_address_and_advertise_a_name():
 
 
 def test_an_ipv6_advertise_address_is_bracketed_in_endpoints():
-    plan, _ = build_plan({"aic_bind_address": "::", "aic_advertise_address": "2001:db8::7"})
+    plan, _dummy = build_plan({"aic_bind_address": "::", "aic_advertise_address": "2001:db8::7"})
     assert plan["publish_address"] == "[::]"
     assert plan["advertise_address"] == "2001:db8::7"
     assert plan["endpoints"]["lmcache"] == "http://[2001:db8::7]:8080"
@@ -81,18 +83,18 @@ def test_the_monitoring_host_is_passed_through():
 
 
 def test_cpu_builds_the_monitoring_images_rocm_runs_the_upstream_ones():
-    cpu, _ = build_plan({})
+    cpu, _dummy = build_plan({})
     assert cpu["images"]["prometheus"]["image"] == ""
     node = {e["name"]: e for e in cpu["monitoring"]["exporters"]}["node_exporter"]
     assert node["image"] == ""
-    plan, _ = build_plan(rocm())
+    plan, _dummy = build_plan(rocm())
     assert plan["images"]["prometheus"]["image"] == "prom/prometheus:v3.13.2"
     node = {e["name"]: e for e in plan["monitoring"]["exporters"]}["node_exporter"]
     assert node["image"] == "quay.io/prometheus/node-exporter:v1.12.1"
     # An explicit image wins on either flavour; an empty one means the flavour's default.
-    pinned, _ = build_plan(rocm(aic_prometheus_image="reg:5000/prom/prometheus:v3.13.2"))
+    pinned, _dummy = build_plan(rocm(aic_prometheus_image="reg:5000/prom/prometheus:v3.13.2"))
     assert pinned["images"]["prometheus"]["image"] == "reg:5000/prom/prometheus:v3.13.2"
-    unset, _ = build_plan(rocm(aic_prometheus_image=""))
+    unset, _dummy = build_plan(rocm(aic_prometheus_image=""))
     assert unset["images"]["prometheus"]["image"] == "prom/prometheus:v3.13.2"
 
 
@@ -104,7 +106,7 @@ def test_spur_publishes_on_every_address_advertises_each_host_and_pins_prometheu
     assert values["aic_prometheus_image"] == "prom/prometheus:v3.13.2"
     values["aic_gpus"] = "2"
     values["aic_advertise_address"] = "spur-n01"  # what Ansible templates per host
-    plan, _ = build_plan(values)
+    plan, _dummy = build_plan(values)
     assert plan["images"]["prometheus"]["image"] == "prom/prometheus:v3.13.2"
     assert plan["publish_address"] == "0.0.0.0"
     assert plan["endpoints"]["vllm"] == "http://spur-n01:8000"

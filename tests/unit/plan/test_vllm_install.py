@@ -84,7 +84,7 @@ def test_plan_resolves_the_choice_and_the_matrix_follows_it(arches, inside, inde
         with pytest.raises(PlanError, match=r"^aic_vllm_install: wheel does not fit"):
             build_plan(inputs)
         return
-    plan, _ = build_plan(inputs)
+    plan, _dummy = build_plan(inputs)
     rocm_plan = plan["images"]["rocm"]
     assert rocm_plan["vllm_install"] == expected
     builds = rocm_build_matrix(rocm_plan["arches"], rocm_plan["vllm_install"])
@@ -137,7 +137,7 @@ def test_unknown_choice_names_the_field_and_the_choices(choice):
 
 @pytest.mark.parametrize("choice", ["", None, "  "])
 def test_unset_choice_means_auto(choice):
-    plan, _ = build_plan(rocm(aic_vllm_install=choice, aic_vllm_wheel_index_url=INDEX))
+    plan, _dummy = build_plan(rocm(aic_vllm_install=choice, aic_vllm_wheel_index_url=INDEX))
     assert plan["images"]["rocm"]["vllm_install"] == "wheel"  # default arches: gfx950
 
 
@@ -146,7 +146,7 @@ def test_defaults_build_from_source():
     assert DEFAULTS["aic_vllm_install"] == "auto"
     assert DEFAULTS["aic_vllm_wheel_index_url"] == ""
     for inputs in ({}, rocm()):
-        plan, _ = build_plan(inputs)
+        plan, _dummy = build_plan(inputs)
         assert plan["images"]["rocm"]["vllm_install"] == "source"
         assert plan["images"]["rocm"]["vllm_wheel_index_url"] == ""
 
@@ -161,10 +161,10 @@ def test_spur_builds_vllm_from_source():
     values = yaml.safe_load((REPO / "inventories" / "spur" / "group_vars" / "all" / "main.yml").read_text())
     assert values["aic_vllm_install"] == "source"
     values["aic_gpus"] = "2"
-    plan, _ = build_plan(values)
+    plan, _dummy = build_plan(values)
     assert plan["images"]["rocm"]["vllm_install"] == "source"
     # Even where a site configures a wheel index, SPUR's choice stays source.
-    plan, _ = build_plan(dict(values, aic_vllm_wheel_index_url=INDEX))
+    plan, _dummy = build_plan(dict(values, aic_vllm_wheel_index_url=INDEX))
     assert plan["images"]["rocm"]["vllm_install"] == "source"
     assert rocm_build_matrix(plan["images"]["rocm"]["arches"], "source") == [
         {"arches": ["gfx950"], "arch_list": "gfx950", "vllm_source": "source", "suffix": "gfx950"}

@@ -119,7 +119,7 @@ def test_slurm_job_every_node_gets_its_own_gpu_ids(tmp_path, fake_bin):
     bin_dir, log = fake_bin
     config = tmp_path / "aic-slurm.yml"
     config.write_text('plugin: aic.stack.slurm\njob_id: "4711"\ncompose:\n  aic_gpus: slurm_job_gpu_ids\n')
-    doc, _ = inventory(config, bin_dir)
+    doc, _dummy = inventory(config, bin_dir)
     assert doc["aic_nodes"]["hosts"] == ["gpu01", "gpu02", "gpu03"]
     assert {h: hostvars(doc, h)["slurm_job_gpu_ids"] for h in ("gpu01", "gpu02", "gpu03")} == {
         "gpu01": ["0", "1"],
@@ -137,10 +137,10 @@ def test_slurm_job_every_node_gets_its_own_gpu_ids(tmp_path, fake_bin):
 
 
 def test_a_finished_job_keeps_its_nodes_but_has_no_gpu_ids(tmp_path, fake_bin):
-    bin_dir, _ = fake_bin
+    bin_dir, _dummy = fake_bin
     config = tmp_path / "aic-slurm.yml"
     config.write_text('plugin: aic.stack.slurm\njob_id: "4712"\n')
-    doc, _ = inventory(config, bin_dir)
+    doc, _dummy = inventory(config, bin_dir)
     assert doc["aic_nodes"]["hosts"] == ["gpu01", "gpu02", "gpu03"]
     assert not [h for h in doc["aic_nodes"]["hosts"] if "slurm_job_gpu_ids" in hostvars(doc, h)]
 
@@ -152,7 +152,7 @@ def test_spur_ids_from_the_gpu_ids_command_per_node(tmp_path, fake_bin):
         "plugin: aic.stack.slurm\ndialect: spur\ncontroller: spur-ctl:6817\njob_id: '123'\n"
         "gpu_ids_command: spur-gpu-allocation {job_id}\n"
     )
-    doc, _ = inventory(config, bin_dir, FAKE_GPU_IDS="crsuse2-m2m-001: 0,1\ncrsuse2-m2m-002: 4-5")
+    doc, _dummy = inventory(config, bin_dir, FAKE_GPU_IDS="crsuse2-m2m-001: 0,1\ncrsuse2-m2m-002: 4-5")
     assert hostvars(doc, "crsuse2-m2m-001")["slurm_job_gpu_ids"] == ["0", "1"]
     assert hostvars(doc, "crsuse2-m2m-002")["slurm_job_gpu_ids"] == ["4", "5"]
     calls = log.read_text().splitlines()
@@ -162,12 +162,12 @@ def test_spur_ids_from_the_gpu_ids_command_per_node(tmp_path, fake_bin):
 
 
 def test_spur_without_a_gpu_ids_command_leaves_the_ids_unknown(tmp_path, fake_bin):
-    bin_dir, _ = fake_bin
+    bin_dir, _dummy = fake_bin
     config = tmp_path / "spur-slurm.yml"
     config.write_text(
         "plugin: aic.stack.slurm\ndialect: spur\njob_id: '123'\ncompose:\n  aic_gpus: slurm_job_gpu_ids\n"
     )
-    doc, _ = inventory(config, bin_dir)
+    doc, _dummy = inventory(config, bin_dir)
     node = hostvars(doc, "crsuse2-m2m-001")
     assert "slurm_job_gpu_ids" not in node
     assert "aic_gpus" not in node  # compose skipped: group_vars fall back to none
@@ -175,7 +175,7 @@ def test_spur_without_a_gpu_ids_command_leaves_the_ids_unknown(tmp_path, fake_bi
 
 
 def test_a_failing_gpu_ids_command_fails_the_source_with_its_message(tmp_path, fake_bin):
-    bin_dir, _ = fake_bin
+    bin_dir, _dummy = fake_bin
     config = tmp_path / "spur-slurm.yml"
     config.write_text("plugin: aic.stack.slurm\ndialect: spur\njob_id: '123'\ngpu_ids_command: spur-gpu-allocation 9\n")
     doc, stderr = inventory(config, bin_dir)
@@ -184,7 +184,7 @@ def test_a_failing_gpu_ids_command_fails_the_source_with_its_message(tmp_path, f
     config.write_text(
         "plugin: aic.stack.slurm\ndialect: spur\njob_id: '123'\ngpu_ids_command: spur-gpu-allocation {job_id}\n"
     )
-    _, stderr = inventory(config, bin_dir, FAKE_GPU_IDS="crsuse2-m2m-001.spur: 0")
+    _dummy, stderr = inventory(config, bin_dir, FAKE_GPU_IDS="crsuse2-m2m-001.spur: 0")
     assert "gpu_ids_command: node 'crsuse2-m2m-001.spur' is not a node of the job" in stderr
 
 
@@ -192,7 +192,7 @@ def test_inventories_spur_reads_the_job_and_each_node_its_own_gpus(fake_bin):
     """inventories/spur as an operator runs it: SLURM_JOB_ID and AIC_SLURM_GPU_IDS_COMMAND from the environment; the
     node the command names gets its GPUs, the other one none (group_vars/all's fallback), never the controller's
     SLURM_JOB_GPUS."""
-    bin_dir, _ = fake_bin
+    bin_dir, _dummy = fake_bin
     env = _env(
         bin_dir,
         SLURM_JOB_ID="123",
@@ -226,7 +226,7 @@ def test_inventories_spur_reads_the_job_and_each_node_its_own_gpus(fake_bin):
 
 
 def test_inventories_spur_without_a_job_names_the_cause_and_matches_no_host(fake_bin):
-    bin_dir, _ = fake_bin
+    bin_dir, _dummy = fake_bin
     doc, stderr = inventory(REPO / "inventories" / "spur", bin_dir)
     assert "aic.stack.slurm: no job to read in" in stderr
     assert (
@@ -258,9 +258,9 @@ def test_inventories_spur_without_a_job_names_the_cause_and_matches_no_host(fake
 
 
 def test_the_static_example_is_a_valid_inventory(tmp_path, fake_bin):
-    bin_dir, _ = fake_bin
+    bin_dir, _dummy = fake_bin
     copy = tmp_path / "hosts.yml"
     copy.write_text((REPO / "inventories" / "spur" / "hosts.example.yml.txt").read_text())
-    doc, _ = inventory(copy, bin_dir)
+    doc, _dummy = inventory(copy, bin_dir)
     assert doc["aic_nodes"]["hosts"] == ["crsuse2-m2m-001", "crsuse2-m2m-002"]
     assert hostvars(doc, "crsuse2-m2m-002")["slurm_job_gpu_ids"] == ["4"]

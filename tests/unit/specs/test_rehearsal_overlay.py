@@ -107,7 +107,7 @@ def test_the_overlay_sets_only_stand_ins():
 
 
 def test_only_the_overlays_inputs_differ_in_the_plan(both):
-    spur, rehearsal, _, _ = both
+    spur, rehearsal, _dummy, _dummy = both
     a, b = normalize(plan_inputs(spur))[0], normalize(plan_inputs(rehearsal))[0]
     assert differing(a, b) == sorted(k for k in group_vars("rehearsal") if k.startswith("aic_") and a[k] != b[k])
     # SPUR's own choices stay: flavour, arch, ports, namespaces, L2 backend, monitoring, this node's GPU.
@@ -130,7 +130,7 @@ def test_only_the_overlays_inputs_differ_in_the_plan(both):
 
 
 def test_vllm_spec_differs_only_in_model_cpu_flags_fake_devices_and_the_node_cache(both):
-    _, _, spur, rehearsal = both
+    _dummy, _dummy, spur, rehearsal = both
     a, b = vllm_spec(spur, 0), vllm_spec(rehearsal, 0)
     assert differing(a, b) == ["command", "devices", "healthcheck", "mounts"]
     # The healthcheck asks the served model by its name; nothing else of it differs.
@@ -159,7 +159,7 @@ def test_vllm_spec_differs_only_in_model_cpu_flags_fake_devices_and_the_node_cac
 
 
 def test_lmcache_differs_only_in_scaled_pools(both):
-    _, _, spur, rehearsal = both
+    _dummy, _dummy, spur, rehearsal = both
     fa = flags(server_args(spur["lmcache"], spur["ports"]))
     fb = flags(server_args(rehearsal["lmcache"], rehearsal["ports"]))
     assert differing(fa, fb) == ["--chunk-size", "--l1-init-size-gb", "--l1-size-gb", "--l2-adapter"]

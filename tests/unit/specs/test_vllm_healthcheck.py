@@ -65,7 +65,7 @@ def engine(request):
 
 def probe(engine, timeout=10, interval=3):
     """Run the healthcheck's CMD as Docker would, with this interpreter as the container's python3."""
-    plan, _ = build_plan({"aic_vllm_healthcheck_timeout": timeout, "aic_vllm_healthcheck_interval": interval})
+    plan, _dummy = build_plan({"aic_vllm_healthcheck_timeout": timeout, "aic_vllm_healthcheck_interval": interval})
     test = vllm_healthcheck(plan, engine.server_address[1])["test"]
     assert test[:2] == ["CMD", "python3"]
     start = time.monotonic()
@@ -75,7 +75,7 @@ def probe(engine, timeout=10, interval=3):
 
 @pytest.mark.parametrize("engine", ["ok"], indirect=True)
 def test_a_completing_engine_is_healthy_and_asked_for_one_token_of_the_served_model(engine):
-    proc, _ = probe(engine)
+    proc, _dummy = probe(engine)
     assert proc.returncode == 0, proc.stderr
     [(path, body)] = engine.requests
     assert path == "/v1/completions"
@@ -84,7 +84,7 @@ def test_a_completing_engine_is_healthy_and_asked_for_one_token_of_the_served_mo
 
 @pytest.mark.parametrize("engine", ["empty", "error"], indirect=True)
 def test_an_engine_that_completes_nothing_is_unhealthy(engine):
-    proc, _ = probe(engine)
+    proc, _dummy = probe(engine)
     assert proc.returncode != 0
 
 
@@ -99,7 +99,7 @@ def test_a_hung_engine_fails_the_probe_within_the_timeout_minus_the_interval(eng
 
 
 def test_the_probe_gets_the_timeout_minus_the_interval_and_honours_the_plan():
-    plan, _ = build_plan(
+    plan, _dummy = build_plan(
         {
             "aic_vllm_healthcheck_interval": 7,
             "aic_vllm_healthcheck_timeout": 12,
@@ -114,7 +114,7 @@ def test_the_probe_gets_the_timeout_minus_the_interval_and_honours_the_plan():
 
 
 def test_the_default_reports_a_hang_within_ten_seconds():
-    plan, _ = build_plan({})
+    plan, _dummy = build_plan({})
     check = vllm_healthcheck(plan, 8000)
     assert (check["interval"], check["timeout"], check["retries"]) == ("3s", "10s", 1)
     assert check["test"][-1] == "7"
@@ -127,7 +127,7 @@ def test_a_timeout_not_above_the_interval_is_refused_naming_both(interval, timeo
 
 
 def test_interval_zero_means_explicitly_no_healthcheck():
-    plan, _ = build_plan({"aic_vllm_healthcheck_interval": 0})
+    plan, _dummy = build_plan({"aic_vllm_healthcheck_interval": 0})
     assert vllm_spec(plan)["healthcheck"] == {"test": ["NONE"]}
 
 
