@@ -19,11 +19,12 @@ description:
     message, instead of failing. Any other refusal (missing image, daemon error) is RV(pid_host=error).
   - The probe container is labelled C(ai.aic.probe=pid-host) and named O(name_prefix) plus a random suffix,
     so it can never collide with, or remove, a container it did not create.
-  - Talks to the engine through community.docker's API client (no Docker CLI, no Docker SDK for Python needed).
+  - Talks to the engine's API through the collection's own client (module_utils/docker_api, Ansible's C(open_url));
+    no Docker CLI, no Docker SDK for Python, no internals of community.docker.
 author:
   - aic.stack developers (!UNKNOWN)
 extends_documentation_fragment:
-  - community.docker.docker.api_documentation
+  - aic.stack.docker
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return changed status prediction without modifying target.
@@ -97,20 +98,12 @@ status_code:
 """
 
 import secrets
-import traceback
 
-from ansible_collections.community.docker.plugins.module_utils._api.errors import APIError, DockerException
-from ansible_collections.community.docker.plugins.module_utils.common_api import AnsibleDockerClient, RequestException
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI, DockerAPIError, path
 
 PROBE_LABEL = "ai.aic.probe"
-
-
-def _explanation(exc):
-    """The daemon's own message of an API error (its JSON 'message'), else the error text."""
-    explanation = getattr(exc, "explanation", None)
-    if isinstance(explanation, bytes):
-        explanation = explanation.decode("utf-8", "replace")
-    return str(explanation or exc).strip()
 
 
 def classify(status_code, message):
@@ -121,7 +114,9 @@ def classify(status_code, message):
 
 
 def probe_pid_host(client, image, name_prefix):
-    """Create (never start) and remove a ``--pid=host`` container; return the module result."""
+    """Create (never start) and remove a ``--pid=host`` container with ``client`` (a DockerAPI); the result.
+
+    DockerAPIError with no status (the engine cannot be reached) propagates: that is no answer to the question."""
     name = f"{name_prefix}-{secrets.token_hex(4)}"
     body = {
         "Image": image,
@@ -132,14 +127,15 @@ def probe_pid_host(client, image, name_prefix):
     }
     warnings = []
     try:
-        created = client.post_json_to_json("/containers/create", data=body, params={"name": name})
-    except APIError as exc:
-        message = _explanation(exc)
-        return {"pid_host": classify(exc.status_code, message), "message": message, "status_code": exc.status_code}
+        created = client.call("POST", "/containers/create", params={"name": name}, body=body, expect=(201,))
+    except DockerAPIError as exc:
+        if exc.status is None:
+            raise
+        return {"pid_host": classify(exc.status, exc.message), "message": exc.message, "status_code": exc.status}
     try:
-        client.delete_call("/containers/{0}", created["Id"], params={"force": "1", "v": "1"})
-    except (APIError, DockerException, RequestException) as exc:
-        warnings.append(f"could not remove the probe container {name}: {_explanation(exc)}")
+        client.call("DELETE", path("/containers/{}", created["Id"]), params={"force": "1", "v": "1"})
+    except DockerAPIError as exc:
+        warnings.append(f"could not remove the probe container {name}: {exc.message}")
     result = {"pid_host": "allowed", "message": "", "status_code": None}
     if warnings:
         result["warnings"] = warnings
@@ -147,25 +143,27 @@ def probe_pid_host(client, image, name_prefix):
 
 
 def main():
-    client = AnsibleDockerClient(
+    module = AnsibleModule(
         argument_spec={
             "image": {"type": "str", "required": True},
             "name_prefix": {"type": "str", "default": "aic-pid-host-probe"},
+            "docker_host": {"type": "str"},
+            "timeout": {"type": "int", "default": 60},
         },
         supports_check_mode=True,
     )
-    params = client.module.params
+    params = module.params
     try:
+        client = DockerAPI(params["docker_host"], timeout=params["timeout"])
         result = probe_pid_host(client, params["image"], params["name_prefix"])
-    except (DockerException, RequestException) as exc:
-        client.fail(
-            f"Docker engine error while probing --pid=host: {exc}",
-            exception=traceback.format_exc(),
+    except (ValueError, DockerAPIError) as exc:
+        module.fail_json(
+            msg=f"Docker engine error while probing --pid=host: {exc}",
             pid_host="error",
             message=str(exc),
             status_code=None,
         )
-    client.module.exit_json(changed=False, **result)
+    module.exit_json(changed=False, **result)
 
 
 if __name__ == "__main__":
