@@ -178,16 +178,15 @@ events:
   returned: O(state=finished)
 """
 
-import http.client  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
-import socket  # noqa: E402
 import time  # noqa: E402
-from urllib.parse import quote  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 from ansible_collections.aic.stack.plugins.module_utils import relay  # noqa: E402
+from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI  # noqa: E402
+from ansible_collections.aic.stack.plugins.module_utils.docker_api import path as docker_path  # noqa: E402
 
 
 def state_files(dest):
@@ -203,38 +202,13 @@ def _write_json(path, data):
     os.replace(tmp, path)
 
 
-class _UnixHTTPConnection(http.client.HTTPConnection):
-    def __init__(self, path, timeout):
-        super().__init__("localhost", timeout=timeout)
-        self.unix_path = path
-
-    def connect(self):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.unix_path)
-
-
 def engine_has_image(image_id, docker_host=None, timeout=30):
     """Ask the Docker engine's API (GET /images/<id>/json) whether it has ``image_id``.
 
-    One HTTP request on the engine's socket: the relays of every node ask at the same moment, and importing the
-    docker SDK in each would cost more CPU than the question (the load, later, uses the SDK).
+    One HTTP request on the engine's socket (module_utils/docker_api): the relays of every node ask at the same
+    moment, and importing the docker SDK in each would cost more CPU than the question (the load, later, uses it).
     """
-    host = docker_host or os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    if host.startswith("unix://"):
-        conn = _UnixHTTPConnection(host[len("unix://") :], timeout)
-    elif host.startswith("tcp://"):
-        conn = http.client.HTTPConnection(host[len("tcp://") :], timeout=timeout)
-    else:
-        raise ValueError(f"unsupported docker host {host!r} (unix:// or tcp://)")
-    try:
-        conn.request("GET", f"/images/{quote(image_id, safe='')}/json")
-        status = conn.getresponse().status
-    finally:
-        conn.close()
-    if status not in (200, 404):
-        raise RuntimeError(f"the Docker engine answered HTTP {status}")
-    return status == 200
+    return DockerAPI(docker_host, timeout=timeout).exists(docker_path("/images/{}/json", image_id))
 
 
 def image_check(p):

@@ -142,7 +142,7 @@ def test_the_engine_question_uses_the_real_docker_api():
         ).stdout.strip()
         assert engine_has_image(image_id) is True
         assert engine_has_image("sha256:" + "0" * 64) is False
-        with pytest.raises(ValueError, match="unsupported docker host"):
+        with pytest.raises(ValueError, match="is not unix:///path or tcp://host:port"):
             engine_has_image(image_id, "ssh://somewhere")
     finally:
         subprocess.run(["docker", "rmi", tag], check=False, capture_output=True)
