@@ -1,6 +1,6 @@
 # Copyright: aic.stack developers
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
-"""Parse what GPU probes print, for aic.stack.gpu_info.
+"""Parse what GPU probes print, for aic.stack.gpu_check.
 
 Pure functions over text (or a sysfs directory): amd-smi / rocm-smi JSON, the KFD topology
 in sysfs, ``nvidia-smi --query-gpu`` CSV, and the JSON line printed by :data:`TORCH_PROBE`

@@ -1,4 +1,4 @@
-"""Fakes for the gpu_info tests: KFD sysfs trees, vendor tools, docker and torch.
+"""Fakes for the gpu_check tests: KFD sysfs trees, vendor tools, docker and torch.
 
 None of the GPUs here exist: the AMD machines (MI300X, MI355X, Strix Halo) and the H200 are
 stand-ins built from the shapes the real tools print (see fixtures/README.md). The fake
@@ -133,7 +133,7 @@ def make_kfd_topology(root, gpu_nodes, cpu_nodes=2, vram=MI300X_VRAM, heap_type=
 # -- fake executables -----------------------------------------------------------------------------
 
 FAKE_TOOL = '''#!{python}
-"""Fake {name} written by the gpu_info tests: canned output per argument list."""
+"""Fake {name} written by the gpu_check tests: canned output per argument list."""
 import json
 import sys
 
@@ -151,7 +151,7 @@ sys.exit(rc)
 '''
 
 FAKE_DOCKER = '''#!{python}
-"""Fake docker written by the gpu_info tests: ``docker exec [-e K=V]... CONTAINER CMD...``.
+"""Fake docker written by the gpu_check tests: ``docker exec [-e K=V]... CONTAINER CMD...``.
 
 Containers are described in {config!r}; the command runs on this machine with the container's
 environment (its PYTHONPATH points at a fake torch), like docker exec would run it inside.
@@ -196,7 +196,7 @@ if container.get("pythonpath"):
 os.execve(program, [program] + command[1:], env)
 '''
 
-FAKE_TORCH = '''"""Fake torch written by the gpu_info tests: {label}."""
+FAKE_TORCH = '''"""Fake torch written by the gpu_check tests: {label}."""
 import os
 import sys
 import types

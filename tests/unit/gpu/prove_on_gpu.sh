@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prove aic.stack.gpu_info on a machine with a real GPU, without an Ansible controller.
+# Prove aic.stack.gpu_check on a machine with a real GPU, without an Ansible controller.
 #
 # Usage, from the repository root:
 #
@@ -8,16 +8,16 @@
 # Environment (all optional):
 #   PYTHON=python3             interpreter that runs the module (needs Python >= 3.8)
 #   TORCH_PYTHON=$PYTHON       interpreter that tries `import torch` for the torch probe
-#   GPU_INFO_VENDOR=auto       the module's vendor option (auto | amd | nvidia)
-#   GPU_INFO_MIN_DEVICES=1     the module's min_devices option
-#   GPU_INFO_EXPECTED_ARCH=    comma separated expected_arch, e.g. sm_90 (H100/H200) or gfx942
+#   GPU_CHECK_VENDOR=auto       the module's vendor option (auto | amd | nvidia)
+#   GPU_CHECK_MIN_DEVICES=1     the module's min_devices option
+#   GPU_CHECK_EXPECTED_ARCH=    comma separated expected_arch, e.g. sm_90 (H100/H200) or gfx942
 #   AIC_ANSIBLE_WHEEL=         an ansible_core-*.whl (or a folder holding one) to use when $PYTHON
 #                              cannot import ansible and pip cannot download (machine without network)
 #
 # What it does:
-#   1. host      runs plugins/modules/gpu_info.py directly (python -m ..., args JSON file as argv[1])
+#   1. host      runs plugins/modules/gpu_check.py directly (python -m ..., args JSON file as argv[1])
 #                with where=host and prints the module's JSON result. If the module fails (fewer
-#                than GPU_INFO_MIN_DEVICES GPUs, wrong arch) or count < 1 the script stops here
+#                than GPU_CHECK_MIN_DEVICES GPUs, wrong arch) or count < 1 the script stops here
 #                and exits 1 with the module's message.
 #   2. visible   runs it again with CUDA_VISIBLE_DEVICES=0 (ROCR_VISIBLE_DEVICES=0 on AMD) in
 #                visible_devices: exactly 1 GPU, physical_index 0, must be reported.
@@ -40,9 +40,9 @@ set -uo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
 PYTHON=${PYTHON:-python3}
 TORCH_PYTHON=${TORCH_PYTHON:-$PYTHON}
-VENDOR=${GPU_INFO_VENDOR:-auto}
-MIN_DEVICES=${GPU_INFO_MIN_DEVICES:-1}
-EXPECTED_ARCH=${GPU_INFO_EXPECTED_ARCH:-}
+VENDOR=${GPU_CHECK_VENDOR:-auto}
+MIN_DEVICES=${GPU_CHECK_MIN_DEVICES:-1}
+EXPECTED_ARCH=${GPU_CHECK_EXPECTED_ARCH:-}
 ANSIBLE_CORE=ansible-core==2.19.14
 
 note() { printf '==> %s\n' "$*"; }
@@ -53,7 +53,7 @@ fail() {
     exit "$code"
 }
 
-WORK=$(mktemp -d "${TMPDIR:-/tmp}/prove-gpu-info.XXXXXX") || fail 2 "mktemp failed"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/prove-gpu-check.XXXXXX") || fail 2 "mktemp failed"
 trap 'rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/ansible_collections/aic"
 ln -s "$REPO" "$WORK/ansible_collections/aic/stack"
@@ -101,12 +101,12 @@ export PYTHONPATH="$WORK${SITE:+:$SITE}${PYTHONPATH:+:$PYTHONPATH}"
 
 # -- helpers --------------------------------------------------------------------------------------
 
-# run_module NAME ARGS_JSON: run gpu_info with {"ANSIBLE_MODULE_ARGS": ARGS_JSON}; the result goes
+# run_module NAME ARGS_JSON: run gpu_check with {"ANSIBLE_MODULE_ARGS": ARGS_JSON}; the result goes
 # to $WORK/NAME.json, the exit status is returned.
 run_module() {
     local name=$1 args=$2
     printf '{"ANSIBLE_MODULE_ARGS": %s}\n' "$args" >"$WORK/$name.args.json"
-    "$PYTHON" -m ansible_collections.aic.stack.plugins.modules.gpu_info "$WORK/$name.args.json" \
+    "$PYTHON" -m ansible_collections.aic.stack.plugins.modules.gpu_check "$WORK/$name.args.json" \
         >"$WORK/$name.json" 2>"$WORK/$name.stderr"
     local rc=$?
     if [ -s "$WORK/$name.stderr" ]; then
@@ -130,7 +130,7 @@ arch_json() {
 
 # -- 1. host ----------------------------------------------------------------------------------------
 
-note "1. host: gpu_info where=host vendor=$VENDOR min_devices=$MIN_DEVICES expected_arch=${EXPECTED_ARCH:-(any)}"
+note "1. host: gpu_check where=host vendor=$VENDOR min_devices=$MIN_DEVICES expected_arch=${EXPECTED_ARCH:-(any)}"
 args=$(printf '{"where": "host", "vendor": "%s", "min_devices": %s, "expected_arch": %s}' \
     "$VENDOR" "$MIN_DEVICES" "$(arch_json "$EXPECTED_ARCH")")
 run_module host "$args"
@@ -152,7 +152,7 @@ status=0
 # -- 2. visibility ---------------------------------------------------------------------------------
 
 if [ "$vendor" = amd ]; then var=ROCR_VISIBLE_DEVICES; else var=CUDA_VISIBLE_DEVICES; fi
-note "2. visible: gpu_info with visible_devices {$var: \"0\"} must report exactly 1 GPU (physical_index 0)"
+note "2. visible: gpu_check with visible_devices {$var: \"0\"} must report exactly 1 GPU (physical_index 0)"
 run_module visible "{\"where\": \"host\", \"vendor\": \"$vendor\", \"visible_devices\": {\"$var\": \"0\"}}"
 rc=$?
 got=$(field visible '(r.get("count"), r.get("total_count"), [d.get("physical_index") for d in r.get("devices", [])])' 2>/dev/null)
@@ -166,7 +166,7 @@ fi
 
 # -- 3. arch mismatch -----------------------------------------------------------------------------
 
-note "3. arch: gpu_info with expected_arch [gfx000] must fail naming the arch of GPU 0"
+note "3. arch: gpu_check with expected_arch [gfx000] must fail naming the arch of GPU 0"
 run_module arch "{\"where\": \"host\", \"vendor\": \"$vendor\", \"expected_arch\": [\"gfx000\"]}"
 rc=$?
 msg=$(field arch 'r.get("msg", "")' 2>/dev/null)
@@ -213,7 +213,7 @@ PY
 fi
 
 if [ $status -eq 0 ]; then
-    note "PASSED: gpu_info sees $count $vendor GPU(s) from $source"
+    note "PASSED: gpu_check sees $count $vendor GPU(s) from $source"
 else
     note "FAILED: the host check passed ($count GPU(s)) but a later step did not (see above)"
 fi

@@ -1,4 +1,4 @@
-"""aic.stack.gpu_info, run in-process against fake GPU tools on PATH.
+"""aic.stack.gpu_check, run in-process against fake GPU tools on PATH.
 
 Everything the module probes here is a fake (see gpu_fakes.py and fixtures/README.md):
 ``nvidia-smi``, ``amd-smi``, ``rocm-smi`` and ``docker`` are small scripts in tmp_path that print
@@ -29,7 +29,7 @@ from gpu_fakes import (
 )
 
 from ansible_collections.aic.stack.plugins.module_utils import gpu
-from ansible_collections.aic.stack.plugins.modules import gpu_info
+from ansible_collections.aic.stack.plugins.modules import gpu_check
 
 NO_DEVICES = (6, "No devices were found\n", "")
 DRIVER_DOWN = (
@@ -70,7 +70,7 @@ def test_host_fake_h200(fake_bin, run_module):
     """Fake nvidia-smi of 8 H200: vendor auto finds no AMD tool, then nvidia-smi answers."""
     fake_h200(fake_bin)
 
-    result = run_module(gpu_info, {})
+    result = run_module(gpu_check, {})
 
     assert result.rc == 0, result.get("msg")
     assert result["changed"] is False
@@ -95,7 +95,7 @@ def test_host_fake_h200(fake_bin, run_module):
 def test_host_fake_h200_check_mode_and_expected_arch(fake_bin, run_module):
     fake_h200(fake_bin)
 
-    result = run_module(gpu_info, {"vendor": "nvidia", "min_devices": 8, "expected_arch": ["sm_90"]}, check_mode=True)
+    result = run_module(gpu_check, {"vendor": "nvidia", "min_devices": 8, "expected_arch": ["sm_90"]}, check_mode=True)
 
     assert result.rc == 0, result.get("msg")
     assert (result["changed"], result["count"]) == (False, 8)
@@ -105,12 +105,12 @@ def test_host_fake_h200_check_mode_and_expected_arch(fake_bin, run_module):
 def test_host_fake_h200_wrong_arch(fake_bin, run_module):
     fake_h200(fake_bin)
 
-    result = run_module(gpu_info, {"expected_arch": ["gfx942", "gfx950"]})
+    result = run_module(gpu_check, {"expected_arch": ["gfx942", "gfx950"]})
 
     assert result.rc == 1
     assert result.failed
     assert result["msg"] == (
-        "gpu_info on host (vendor auto): devices 0, 1, 2, 3, 4, 5, 6, 7 (NVIDIA H200) have arch sm_90, "
+        "gpu_check on host (vendor auto): devices 0, 1, 2, 3, 4, 5, 6, 7 (NVIDIA H200) have arch sm_90, "
         "expected one of: gfx942, gfx950. Probed: amd-smi: amd-smi not found on PATH; "
         "rocm-smi: rocm-smi not found on PATH; "
         f"kfd-sysfs: {gpu.KFD_NODES_DIR} does not exist (amdgpu driver not loaded?); "
@@ -124,7 +124,7 @@ def test_host_fake_h200_visible_devices(fake_bin, run_module):
     fake_h200(fake_bin)
 
     result = run_module(
-        gpu_info, {"visible_devices": {"CUDA_VISIBLE_DEVICES": "5,GPU-6d0a9c53", "HIP_VISIBLE_DEVICES": "1"}}
+        gpu_check, {"visible_devices": {"CUDA_VISIBLE_DEVICES": "5,GPU-6d0a9c53", "HIP_VISIBLE_DEVICES": "1"}}
     )
 
     assert result.rc == 0, result.get("msg")
@@ -136,11 +136,11 @@ def test_host_fake_h200_visible_devices(fake_bin, run_module):
 def test_host_fake_h200_all_hidden(fake_bin, run_module):
     fake_h200(fake_bin)
 
-    result = run_module(gpu_info, {"visible_devices": {"CUDA_VISIBLE_DEVICES": ""}})
+    result = run_module(gpu_check, {"visible_devices": {"CUDA_VISIBLE_DEVICES": ""}})
 
     assert result.rc == 1
     assert result["msg"].startswith(
-        "gpu_info on host (vendor auto): 0 GPU(s) seen, expected at least 1. "
+        "gpu_check on host (vendor auto): 0 GPU(s) seen, expected at least 1. "
         "Probed: nvidia-smi found 8 GPU(s), 0 visible with CUDA_VISIBLE_DEVICES=''; "
     )
     assert (result["count"], result["total_count"]) == (0, 8)
@@ -150,12 +150,12 @@ def test_host_fake_nvidia_smi_no_devices(fake_bin, run_module):
     """Fake nvidia-smi on a node whose GPUs are gone: the message names every probe and what it printed."""
     fake_h200(fake_bin, **{NVIDIA_QUERY: NO_DEVICES})
 
-    result = run_module(gpu_info, {})
+    result = run_module(gpu_check, {})
 
     assert result.rc == 1
     nodes = gpu.KFD_NODES_DIR
     assert result["msg"] == (
-        "gpu_info on host (vendor auto): 0 GPU(s) seen, expected at least 1. "
+        "gpu_check on host (vendor auto): 0 GPU(s) seen, expected at least 1. "
         "Probed: amd-smi: amd-smi not found on PATH; rocm-smi: rocm-smi not found on PATH; "
         f"kfd-sysfs: {nodes} does not exist (amdgpu driver not loaded?); "
         "nvidia-smi: `nvidia-smi --query-gpu=index,name,uuid,memory.total,compute_cap "
@@ -167,11 +167,11 @@ def test_host_fake_nvidia_smi_no_devices(fake_bin, run_module):
 def test_host_fake_nvidia_driver_down(fake_bin, run_module):
     fake_h200(fake_bin, **{NVIDIA_QUERY: DRIVER_DOWN})
 
-    result = run_module(gpu_info, {"vendor": "nvidia", "min_devices": 2})
+    result = run_module(gpu_check, {"vendor": "nvidia", "min_devices": 2})
 
     assert result.rc == 1
     assert result["msg"].startswith(
-        "gpu_info on host (vendor nvidia): 0 GPU(s) seen, expected at least 2. Probed: nvidia-smi: "
+        "gpu_check on host (vendor nvidia): 0 GPU(s) seen, expected at least 2. Probed: nvidia-smi: "
         "`nvidia-smi --query-gpu=index,name,uuid,memory.total,compute_cap --format=csv,noheader,nounits` exited 9, "
         "printed: NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver."
     )
@@ -190,18 +190,18 @@ def test_host_fake_old_nvidia_driver_without_compute_cap(fake_bin, run_module):
         },
     )
 
-    result = run_module(gpu_info, {"vendor": "nvidia"})
+    result = run_module(gpu_check, {"vendor": "nvidia"})
     assert result.rc == 0, result.get("msg")
     assert result["devices"][0]["arch"] is None
     assert [p["rc"] for p in result["probes"]] == [2, 0]
 
-    result = run_module(gpu_info, {"vendor": "nvidia", "expected_arch": ["sm_70"]})
+    result = run_module(gpu_check, {"vendor": "nvidia", "expected_arch": ["sm_70"]})
     assert result.rc == 1
     assert "device 0 (Tesla V100-SXM2-32GB) has arch unknown, expected one of: sm_70" in result["msg"]
 
 
 def test_host_nothing_installed(fake_bin, run_module):
-    result = run_module(gpu_info, {"min_devices": 0})
+    result = run_module(gpu_check, {"min_devices": 0})
 
     assert result.rc == 0, result.get("msg")
     assert (result["vendor"], result["source"], result["count"]) == ("none", None, 0)
@@ -221,7 +221,7 @@ def test_host_fake_amd_smi_mi355x(fake_bin, run_module):
     fake_amd_smi(fake_bin, "mi355x")
     fake_h200(fake_bin)
 
-    result = run_module(gpu_info, {"min_devices": 8, "expected_arch": ["gfx950"]})
+    result = run_module(gpu_check, {"min_devices": 8, "expected_arch": ["gfx950"]})
 
     assert result.rc == 0, result.get("msg")
     assert (result["vendor"], result["source"], result["count"]) == ("amd", "amd-smi", 8)
@@ -243,11 +243,11 @@ def test_host_fake_amd_smi_mi300x_expected_mi355x(fake_bin, run_module):
     """Fake amd-smi 24.x of 8 MI300X where MI355X (gfx950) were expected."""
     fake_amd_smi(fake_bin, "mi300x")
 
-    result = run_module(gpu_info, {"vendor": "amd", "expected_arch": ["gfx950"]})
+    result = run_module(gpu_check, {"vendor": "amd", "expected_arch": ["gfx950"]})
 
     assert result.rc == 1
     assert result["msg"] == (
-        "gpu_info on host (vendor amd): devices 0, 1, 2, 3, 4, 5, 6, 7 (AMD Instinct MI300X) have arch gfx942, "
+        "gpu_check on host (vendor amd): devices 0, 1, 2, 3, 4, 5, 6, 7 (AMD Instinct MI300X) have arch gfx942, "
         "expected one of: gfx950. Probed: amd-smi: `amd-smi list --json` exited 0, 8 GPU(s); "
         "amd-smi: `amd-smi static --asic --vram --json` exited 0, 8 GPU(s)"
     )
@@ -258,7 +258,7 @@ def test_host_fake_amd_smi_mi300x_rocr_and_hip_visibility(fake_bin, run_module):
     fake_amd_smi(fake_bin, "mi300x")
 
     result = run_module(
-        gpu_info,
+        gpu_check,
         {"visible_devices": {"ROCR_VISIBLE_DEVICES": "2,3,4", "HIP_VISIBLE_DEVICES": [2, 0]}, "min_devices": 2},
     )
 
@@ -275,7 +275,7 @@ def test_host_amd_smi_broken_falls_back_to_rocm_smi(fake_bin, run_module):
     fake_amd_smi(fake_bin, overrides={AMD_SMI_LIST: AMD_SMI_NO_GPU, AMD_SMI_STATIC: AMD_SMI_NO_GPU})
     fake_bin.tool("rocm-smi", {ROCM_SMI_PRODUCT: fixture_text("rocm-smi-productname-mi300x.json")})
 
-    result = run_module(gpu_info, {"vendor": "amd"})
+    result = run_module(gpu_check, {"vendor": "amd"})
 
     assert result.rc == 0, result.get("msg")
     assert (result["source"], result["count"]) == ("rocm-smi", 8)
@@ -291,7 +291,7 @@ def test_host_kfd_sysfs_only(fake_bin, run_module, tmp_path, monkeypatch):
     """No AMD tool, only a fake KFD tree of 8 MI355X (as in a container without ROCm userland)."""
     use_kfd(monkeypatch, make_kfd_topology(tmp_path / "kfd", [MI355X_NODE] * 8, vram=MI355X_VRAM))
 
-    result = run_module(gpu_info, {"expected_arch": ["gfx950"], "min_devices": 8})
+    result = run_module(gpu_check, {"expected_arch": ["gfx950"], "min_devices": 8})
 
     assert result.rc == 0, result.get("msg")
     assert (result["vendor"], result["source"], result["count"]) == ("amd", "kfd-sysfs", 8)
@@ -311,11 +311,11 @@ def test_host_kfd_sysfs_only_cpus(fake_bin, run_module, tmp_path, monkeypatch):
     """Fake KFD tree with CPU nodes only (amdgpu loaded, no GPU bound)."""
     use_kfd(monkeypatch, make_kfd_topology(tmp_path / "kfd", [], cpu_nodes=2))
 
-    result = run_module(gpu_info, {"vendor": "amd"})
+    result = run_module(gpu_check, {"vendor": "amd"})
 
     assert result.rc == 1
     assert result["msg"] == (
-        "gpu_info on host (vendor amd): 0 GPU(s) seen, expected at least 1. "
+        "gpu_check on host (vendor amd): 0 GPU(s) seen, expected at least 1. "
         "Probed: amd-smi: amd-smi not found on PATH; rocm-smi: rocm-smi not found on PATH; "
         f"kfd-sysfs: `read {gpu.KFD_NODES_DIR}/*/properties`, 0 GPU(s), printed: only CPU nodes"
     )
@@ -327,7 +327,7 @@ def test_host_old_amd_smi_arch_from_kfd(fake_bin, run_module, tmp_path, monkeypa
     fake_amd_smi(fake_bin, "mi300x", {AMD_SMI_STATIC: static})
     use_kfd(monkeypatch, make_kfd_topology(tmp_path / "kfd", [MI300X_NODE] * 8))
 
-    result = run_module(gpu_info, {"expected_arch": ["gfx942"]})
+    result = run_module(gpu_check, {"expected_arch": ["gfx942"]})
 
     assert result.rc == 0, result.get("msg")
     assert result["source"] == "amd-smi"
@@ -337,7 +337,7 @@ def test_host_old_amd_smi_arch_from_kfd(fake_bin, run_module, tmp_path, monkeypa
 def test_host_bad_visible_devices_key(fake_bin, run_module):
     fake_h200(fake_bin)
 
-    result = run_module(gpu_info, {"visible_devices": {"NVIDIA_VISIBLE_DEVICES": "0"}})
+    result = run_module(gpu_check, {"visible_devices": {"NVIDIA_VISIBLE_DEVICES": "0"}})
 
     assert result.rc == 1
     assert result["msg"] == (
@@ -367,7 +367,7 @@ def test_container_fake_rocm_torch(fake_bin, run_module, tmp_path):
     container(fake_bin, tmp_path)
 
     result = run_module(
-        gpu_info, {"where": "container", "container": "vllm", "min_devices": 8, "expected_arch": ["gfx942"]}
+        gpu_check, {"where": "container", "container": "vllm", "min_devices": 8, "expected_arch": ["gfx942"]}
     )
 
     assert result.rc == 0, result.get("msg")
@@ -394,7 +394,7 @@ def test_container_visible_devices_are_passed_to_docker_exec(fake_bin, run_modul
     container(fake_bin, tmp_path, env={"HIP_VISIBLE_DEVICES": "0,1,2,3"})
 
     result = run_module(
-        gpu_info,
+        gpu_check,
         {"where": "container", "container": "vllm", "visible_devices": {"HIP_VISIBLE_DEVICES": "7,5"}},
     )
 
@@ -408,12 +408,12 @@ def test_container_torch_sees_zero_devices(fake_bin, run_module, tmp_path):
     """Fake ROCm torch that sees no device (container started without /dev/kfd): the vLLM failure mode."""
     container(fake_bin, tmp_path, ROCM_NO_DEVICE_TORCH, env={"HIP_VISIBLE_DEVICES": "0"})
 
-    result = run_module(gpu_info, {"where": "container", "container": "vllm"})
+    result = run_module(gpu_check, {"where": "container", "container": "vllm"})
 
     assert result.rc == 1
     msg = result["msg"]
     assert msg.startswith(
-        "gpu_info in container 'vllm' (torch): 0 GPU(s) seen, expected at least 1. "
+        "gpu_check in container 'vllm' (torch): 0 GPU(s) seen, expected at least 1. "
         "Probed: `docker exec vllm python3 -c <torch probe>` printed: torch 2.9.0+rocm6.4 (hip 6.4.43482-0f2d60242); "
         "torch.cuda.is_available()=False; torch.cuda.device_count()=0; "
     )
@@ -425,11 +425,11 @@ def test_container_torch_sees_zero_devices(fake_bin, run_module, tmp_path):
 def test_container_without_torch(fake_bin, run_module, tmp_path):
     container(fake_bin, tmp_path, torch_config=None)
 
-    result = run_module(gpu_info, {"where": "container", "container": "vllm"})
+    result = run_module(gpu_check, {"where": "container", "container": "vllm"})
 
     assert result.rc == 1
     assert result["msg"].startswith(
-        "gpu_info in container 'vllm': python3 cannot import torch: `docker exec vllm python3 -c <torch probe>` "
+        "gpu_check in container 'vllm': python3 cannot import torch: `docker exec vllm python3 -c <torch probe>` "
         "printed: import torch failed: ModuleNotFoundError: No module named 'torch'; python "
     )
     assert result["torch"]["version"] is None
@@ -438,11 +438,11 @@ def test_container_without_torch(fake_bin, run_module, tmp_path):
 def test_container_python_not_found(fake_bin, run_module, tmp_path):
     container(fake_bin, tmp_path)
 
-    result = run_module(gpu_info, {"where": "container", "container": "vllm", "python": "/opt/venv/bin/python3"})
+    result = run_module(gpu_check, {"where": "container", "container": "vllm", "python": "/opt/venv/bin/python3"})
 
     assert result.rc == 1
     assert result["msg"] == (
-        "gpu_info in container 'vllm': the torch probe failed: `docker exec vllm /opt/venv/bin/python3 -c <torch probe>` "
+        "gpu_check in container 'vllm': the torch probe failed: `docker exec vllm /opt/venv/bin/python3 -c <torch probe>` "
         "exited 127: OCI runtime exec failed: exec failed: unable to start container process: exec: "
         '"/opt/venv/bin/python3": executable file not found in $PATH: unknown'
     )
@@ -458,11 +458,11 @@ def test_container_python_not_found(fake_bin, run_module, tmp_path):
 def test_container_not_there(fake_bin, run_module, tmp_path, name, spec, error):
     container(fake_bin, tmp_path, **spec)
 
-    result = run_module(gpu_info, {"where": "container", "container": name})
+    result = run_module(gpu_check, {"where": "container", "container": name})
 
     assert result.rc == 1
     assert result["msg"] == (
-        f"gpu_info in container '{name}': the torch probe failed: `docker exec {name} python3 -c <torch probe>` "
+        f"gpu_check in container '{name}': the torch probe failed: `docker exec {name} python3 -c <torch probe>` "
         f"exited 1: {error}"
     )
 
@@ -470,11 +470,11 @@ def test_container_not_there(fake_bin, run_module, tmp_path, name, spec, error):
 def test_container_wrong_vendor(fake_bin, run_module, tmp_path):
     container(fake_bin, tmp_path, CUDA_H200_TORCH)
 
-    result = run_module(gpu_info, {"where": "container", "container": "vllm", "vendor": "amd"})
+    result = run_module(gpu_check, {"where": "container", "container": "vllm", "vendor": "amd"})
 
     assert result.rc == 1
     assert result["msg"].startswith(
-        "gpu_info in container 'vllm': torch is a CUDA build, expected vendor amd: "
+        "gpu_check in container 'vllm': torch is a CUDA build, expected vendor amd: "
         "`docker exec vllm python3 -c <torch probe>` printed: torch 2.9.0+cu128 (cuda 12.8); "
         "torch.cuda.is_available()=True; torch.cuda.device_count()=4; "
     )
@@ -484,7 +484,7 @@ def test_container_fake_cuda_torch_arch(fake_bin, run_module, tmp_path):
     container(fake_bin, tmp_path, CUDA_H200_TORCH)
 
     result = run_module(
-        gpu_info, {"where": "container", "container": "vllm", "expected_arch": ["9.0"], "min_devices": 4}
+        gpu_check, {"where": "container", "container": "vllm", "expected_arch": ["9.0"], "min_devices": 4}
     )
 
     assert result.rc == 0, result.get("msg")
@@ -493,14 +493,14 @@ def test_container_fake_cuda_torch_arch(fake_bin, run_module, tmp_path):
 
 
 def test_container_requires_container(fake_bin, run_module):
-    result = run_module(gpu_info, {"where": "container"})
+    result = run_module(gpu_check, {"where": "container"})
 
     assert result.rc == 1
     assert result["msg"] == "where is container but all of the following are missing: container"
 
 
 def test_container_without_docker_cli(fake_bin, run_module):
-    result = run_module(gpu_info, {"where": "container", "container": "vllm"})
+    result = run_module(gpu_check, {"where": "container", "container": "vllm"})
 
     assert result.rc == 1
-    assert result["msg"] == "gpu_info in container 'vllm': the torch probe failed: the docker CLI is not on PATH"
+    assert result["msg"] == "gpu_check in container 'vllm': the torch probe failed: the docker CLI is not on PATH"

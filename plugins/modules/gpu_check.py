@@ -7,10 +7,12 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: gpu_info
-short_description: Report the GPUs a node or a container sees, and check them
+module: gpu_check
+short_description: Check the GPUs a node or a container sees (count, arch) and report them
 version_added: 0.1.0
 description:
+  - Formerly C(aic.stack.gpu_info); that name still works until 1.0.0, with a deprecation warning (it was renamed
+    because an C(_info) module promises read-only facts, and this one fails when a check does not hold).
   - Reports the GPUs seen from one of two vantage points, and fails with a message naming the
     vantage point, what was probed and what it printed when a check asked for does not hold
     (O(min_devices), O(expected_arch)).
@@ -125,19 +127,19 @@ seealso:
 
 EXAMPLES = r"""
 - name: The node has 8 MI355X GPUs
-  aic.stack.gpu_info:
+  aic.stack.gpu_check:
     vendor: amd
     min_devices: 8
     expected_arch: [gfx950]
 
 - name: What a process started with ROCR_VISIBLE_DEVICES=2,3 would see
-  aic.stack.gpu_info:
+  aic.stack.gpu_check:
     visible_devices:
       ROCR_VISIBLE_DEVICES: "2,3"
   register: gpus
 
 - name: Torch in the vLLM container sees the GPUs
-  aic.stack.gpu_info:
+  aic.stack.gpu_check:
     where: container
     container: vllm
     python: /opt/venv/bin/python3
@@ -145,7 +147,7 @@ EXAMPLES = r"""
     expected_arch: [gfx942, gfx950]
 
 - name: An NVIDIA node, for reporting only
-  aic.stack.gpu_info:
+  aic.stack.gpu_check:
     vendor: nvidia
     min_devices: 0
   register: nvidia
@@ -586,7 +588,7 @@ def main():
         try:
             report = probe_container(runner, params["container"], params["python"], variables)
         except ProbeFailed as exc:
-            module.fail_json(msg=f"gpu_info {vantage}: the torch probe failed: {exc}", **result)
+            module.fail_json(msg=f"gpu_check {vantage}: the torch probe failed: {exc}", **result)
         devices = report["devices"]
         result.update(vendor=report["vendor"], source="torch", torch=report["torch"], visible_devices=variables)
         shown = runner.probes[-1]["command"]
@@ -594,11 +596,11 @@ def main():
         if report["stderr"].strip():
             detail += f"; stderr: {gpu.excerpt(report['stderr'])}"
         if report["torch"].get("error") and not report["torch"].get("version"):
-            module.fail_json(msg=f"gpu_info {vantage}: {params['python']} cannot import torch: {detail}", **result)
+            module.fail_json(msg=f"gpu_check {vantage}: {params['python']} cannot import torch: {detail}", **result)
         if params["vendor"] != "auto" and report["vendor"] != params["vendor"]:
             build = {"amd": "a ROCm", "nvidia": "a CUDA", "none": "a CPU-only"}[report["vendor"]]
             module.fail_json(
-                msg=f"gpu_info {vantage}: torch is {build} build, expected vendor {params['vendor']}: {detail}",
+                msg=f"gpu_check {vantage}: torch is {build} build, expected vendor {params['vendor']}: {detail}",
                 **result,
             )
 
@@ -606,7 +608,7 @@ def main():
     problems = gpu.check_devices(devices, params["min_devices"], params["expected_arch"])
     if problems:
         what = "torch" if params["where"] == "container" else f"vendor {params['vendor']}"
-        module.fail_json(msg=f"gpu_info {vantage} ({what}): {'; '.join(problems)}. Probed: {detail}", **result)
+        module.fail_json(msg=f"gpu_check {vantage} ({what}): {'; '.join(problems)}. Probed: {detail}", **result)
     module.exit_json(**result)
 
 
