@@ -197,7 +197,7 @@ def stack_fingerprint():
     names = {c.id: c.name for c in containers}
 
     def by_name(mode):
-        kind, _, ref = (mode or "").partition(":")
+        kind, _dummy, ref = (mode or "").partition(":")
         return f"container:{names.get(ref, ref)}" if kind == "container" else mode
 
     out = {}

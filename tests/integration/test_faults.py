@@ -72,7 +72,7 @@ def attrs(name):
 
 def started_at(name):
     """The container's start time (Docker's State.StartedAt, nanoseconds and a Z) in seconds since the epoch."""
-    head, _, frac = attrs(name)["State"]["StartedAt"].rstrip("Z").partition(".")
+    head, _dummy, frac = attrs(name)["State"]["StartedAt"].rstrip("Z").partition(".")
     whole = datetime.datetime.strptime(head, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.UTC)
     return whole.timestamp() + float(f"0.{frac or 0}")
 

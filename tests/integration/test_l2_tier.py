@@ -27,7 +27,7 @@ WORDS = ["alpha", "bravo", "zulu", "kilo", "x9", "q7", "fox", "dog", "KV", "cach
 
 def prompt(seed):
     rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(64))  # ~190 tokens: one full 128-token chunk
+    return " ".join(rng.choice(WORDS) for _dummy in range(64))  # ~190 tokens: one full 128-token chunk
 
 
 def send(text):

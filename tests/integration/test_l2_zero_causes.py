@@ -43,8 +43,8 @@ def own_l2(default_stack, session_tmp, tmp_path_factory):
 
 
 def test_an_lmcache_setting_recreates_lmcache_then_restarts_vllm_with_its_spec_unchanged(own_l2):
-    runner, _, before = own_l2
-    changed = {task for _, task in changed_tasks(runner)}
+    runner, _dummy, before = own_l2
+    changed = {task for _dummy, task in changed_tasks(runner)}
     assert "Run the LMCache server" in changed, changed
     assert "Run vLLM with the LMCache multi-process connector" in changed, changed
     lmcache, vllm = state("aic-lmcache"), state("aic-vllm")
@@ -84,7 +84,7 @@ def failed_message(runner):
 
 
 def test_unwritable_l2_dir_fails_the_check_naming_the_directory(own_l2, tmp_path):
-    _, l2_root, _ = own_l2
+    _dummy, l2_root, _dummy = own_l2
     slots = l2_root / "lmcache"
     assert list(slots.glob("*.bin")), "LMCache created no slot files"
     subprocess.run(["chattr", "-R", "+i", str(slots)], check=True)

@@ -108,7 +108,7 @@ def test_kv_comes_back_from_lmcache_after_restarting_only_vllm(deployed):
     rng = random.Random(time.time_ns())
     words = ["alpha", "bravo", "zulu", "kilo", "x9", "q7", "fox", "dog", "KV", "cache"]
     # ~190 tokens with this tokenizer: more than one 128-token chunk, inside the 256-token context.
-    prompt = " ".join(rng.choice(words) for _ in range(64))
+    prompt = " ".join(rng.choice(words) for _dummy in range(64))
     body = {"model": MODEL, "prompt": prompt, "max_tokens": 1, "temperature": 0}
     first = requests.post(f"{VLLM}/v1/completions", json=body, timeout=60)
     assert first.status_code == 200, first.text

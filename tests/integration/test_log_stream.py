@@ -47,7 +47,7 @@ def pid_alive(pid):
 
 def ns(stamp):
     """Nanoseconds of a docker (UTC, RFC3339Nano) timestamp: comparable even with trimmed fractions."""
-    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    whole, _dummy, fraction = stamp.rstrip("Z").partition(".")
     seconds = calendar.timegm(time.strptime(whole, "%Y-%m-%dT%H:%M:%S"))
     return seconds * 10**9 + int(fraction.ljust(9, "0"))
 
@@ -65,7 +65,7 @@ def read_lines(path):
 
 
 def assert_no_duplicates(lines):
-    stamps = [ts for ts, _ in lines]
+    stamps = [ts for ts, _dummy in lines]
     assert all(a < b for a, b in zip(stamps, stamps[1:], strict=False)), "timestamps are not strictly increasing"
 
 
@@ -79,7 +79,7 @@ def wait_for(predicate, timeout, what):
 
 
 def texts(path):
-    return [text for _, text in read_lines(path)] if path.exists() and path.stat().st_size else []
+    return [text for _dummy, text in read_lines(path)] if path.exists() and path.stat().st_size else []
 
 
 @pytest.fixture
@@ -181,7 +181,7 @@ def test_stream_survives_restart_and_recreate_then_stops(ticker, tmp_path):
     size = log.stat().st_size
     final = read_lines(log)
     assert_no_duplicates(final)
-    assert [text for _, text in final].count("tock 0") == 1
+    assert [text for _dummy, text in final].count("tock 0") == 1
     time.sleep(1)
     assert log.stat().st_size == size, "the file still grows after stop"
     stopped = [

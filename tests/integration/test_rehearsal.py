@@ -8,9 +8,9 @@ rocm one, the tiny model, fake GPU device nodes, scaled pools.
 
 The module is one scenario, in order: first rollout -> KV hits after a vLLM restart on every node -> a rerun that
 changes nothing -> a bad image stopped at the canary (deployed with fewer devices, which the rollback keeps) -> a
-good image rolled out under load, canary first, in-flight requests drained, the default devices back -> node2's Docker engine crashes under load (marked down, named by the next deploy, back
-when the engine is) -> the cliff benchmark as a job on node3 -> a rollout during which node2's sshd and node3's
-slurmd die.
+good image rolled out under load, canary first, in-flight requests drained, the default devices back -> node2's Docker
+engine crashes under load (marked down, named by the next deploy, back when the engine is) -> the cliff benchmark as
+a job on node3 -> a rollout during which node2's sshd and node3's slurmd die.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def inspect(node, container, template):
     return on_node(node, f"docker inspect -f '{template}' {container}").stdout.strip()
 
 
-def started(nodes=NODES):
+def started(nodes=tuple(NODES)):
     return {n: inspect(n, "aic-lmcache", "{{.State.StartedAt}}") + "/" + inspect(n, "aic-vllm", "{{.State.StartedAt}}")
             for n in nodes}  # fmt: skip
 
@@ -205,7 +205,7 @@ def first_rollout(cluster, tmp_path_factory):
 
 
 def test_first_rollout_brings_every_node_to_healthy(first_rollout):
-    runner, _ = first_rollout
+    runner, _dummy = first_rollout
     assert runner.status == "successful", failures(runner)
     lines = summary(runner)
     assert sorted(lines) == NODES
@@ -217,7 +217,7 @@ def test_first_rollout_brings_every_node_to_healthy(first_rollout):
 
 
 def test_each_node_skips_node_exporter_because_its_engine_refused_host_pid(first_rollout):
-    runner, _ = first_rollout
+    runner, _dummy = first_rollout
     messages = debug_messages(runner)
     for node in NODES:
         assert any(m.startswith(f"{node}: skipping node_exporter") and "--pid=host" in m for m in messages), messages
@@ -242,7 +242,7 @@ def test_one_prometheus_sees_every_target_of_every_node(first_rollout):
 def test_kv_stored_on_each_node_is_an_external_hit_after_its_vllm_restarts(first_rollout):
     rng = random.Random(time.time_ns())
     words = ["alpha", "bravo", "zulu", "kilo", "x9", "q7", "fox", "dog", "KV", "cache"]
-    prompts = {n: " ".join(rng.choice(words) for _ in range(64)) for n in NODES}
+    prompts = {n: " ".join(rng.choice(words) for _dummy in range(64)) for n in NODES}
     for node in NODES:
         first = complete(node, prompts[node], max_tokens=1)
         assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] >= 128, first.text
@@ -266,7 +266,7 @@ def test_kv_stored_on_each_node_is_an_external_hit_after_its_vllm_restarts(first
 
 
 def test_second_rollout_changes_nothing_and_restarts_nothing(cluster, first_rollout):
-    _, tmp = first_rollout
+    _dummy, tmp = first_rollout
     before = started()
     runner = cluster.deploy(tmp, aic_rollout_batch_size="100%")
     assert runner.status == "successful", failures(runner)
@@ -280,7 +280,7 @@ def test_second_rollout_changes_nothing_and_restarts_nothing(cluster, first_roll
 
 
 def test_a_bad_image_stops_at_the_canary_which_rolls_back_and_serves(cluster, first_rollout):
-    _, tmp = first_rollout
+    _dummy, tmp = first_rollout
     good = json.loads(POINTER.read_text())["image"]
     # vLLM cannot start from this image (its API server module is gone); LMCache can.
     build_on_nodes("aic-stack-cpu:rehearsal-broken", [
@@ -336,7 +336,7 @@ class Load:
     its health, long ones back to back to that node (LONG_STREAMS at once), so that some are in flight when its vLLM
     is told to stop."""
 
-    def __init__(self, nodes=NODES):
+    def __init__(self, nodes=tuple(NODES)):
         self.results = []  # (node, kind, start, end, outcome)
         self.stop = threading.Event()
         self.turn = {n: threading.Event() for n in NODES}
@@ -344,7 +344,7 @@ class Load:
         self.threads = [threading.Thread(target=self.steady, args=(n,), daemon=True) for n in nodes]
         # Several long streams per node: when its vLLM gets SIGTERM, some long request sent well before is in flight.
         self.threads += [
-            threading.Thread(target=self.long, args=(n,), daemon=True) for n in nodes for _ in range(LONG_STREAMS)
+            threading.Thread(target=self.long, args=(n,), daemon=True) for n in nodes for _dummy in range(LONG_STREAMS)
         ]
 
     def one(self, node, kind, max_tokens):
@@ -405,7 +405,7 @@ class VllmEvents:
     keeps only its last 256 events, and the healthchecks' exec events (one probe every 3 s per container) push a
     canary's kill out of that record long before a three-node rollout ends. (A stream left behind ends by itself.)"""
 
-    def __init__(self, nodes=NODES):
+    def __init__(self, nodes=tuple(NODES)):
         self.nodes = nodes
         self.procs = {}
         self.kill = {n: [] for n in nodes}
@@ -429,9 +429,9 @@ class VllmEvents:
         time.sleep(2)  # the last events reach the streams
         for node, proc in self.procs.items():
             proc.terminate()
-            out, _ = proc.communicate(timeout=30)
+            out, _dummy = proc.communicate(timeout=30)
             for line in out.splitlines():
-                nano, _, action = line.partition(" ")
+                nano, _dummy, action = line.partition(" ")
                 (self.kill if action.startswith("kill") else self.start)[node].append(int(nano) / 1e9)
         return False
 
@@ -439,7 +439,7 @@ class VllmEvents:
 def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     """A new image, requests sent to every node all the time: the canary first, then the others; requests fail only
     on the node being replaced, from the moment its vLLM is told to stop, and the ones in flight then complete."""
-    _, tmp = first_rollout
+    _dummy, tmp = first_rollout
     build_on_nodes("aic-stack-cpu:rehearsal-next", ["LABEL ai.aic.rehearsal=next"])
     with Load() as load:
         with VllmEvents() as events:
@@ -589,7 +589,7 @@ def test_a_node_whose_docker_engine_dies_under_load_is_marked_down_named_by_the_
     next deploy.yml rolls out node1 and node3 (nothing to change) and fails naming node2 and its engine. The engine
     started again as its service manager would: node2's stack comes back by itself (LMCache, then vLLM), serves, and
     Prometheus marks it up."""
-    _, tmp = first_rollout
+    _dummy, tmp = first_rollout
     image = inspect("node1", "aic-vllm", "{{.Config.Image}}")
     others = started(["node1", "node3"])
     # The clients send to the remaining nodes (a request to node2 would wait for its timeout).
@@ -703,7 +703,7 @@ def test_nodes_whose_slurmd_or_sshd_go_away_mid_rollout_are_named_and_the_others
     so node2 is named unreachable and left alone, and the rollout goes on to node3, which Slurm lost: named with
     Slurm's state, untouched. After the last batch (which had no node left) the summary and the job's Prometheus
     check still run, and the run fails naming both. (node2's sshd is started again afterwards.)"""
-    _, tmp = first_rollout
+    _dummy, tmp = first_rollout
     before = started(["node2", "node3"])
     pidfile = STATE / "slurm" / "run" / "slurmd-node3.pid"
     # The release node1 runs (the stand-in, or the good image when the rollout under load ran): nothing to change.

@@ -51,7 +51,7 @@ def test_rocm_contexts_render_one_image_per_matrix_entry_and_rerun_is_a_no_op(se
         base = instructions(BUILD / f"aic-stack-rocm-base-{suffix}" / "Dockerfile")
         stack = instructions(BUILD / f"aic-stack-rocm-{suffix}" / "Dockerfile")
         assert base[0][0] in ("ARG", "FROM")
-        assert any(cmd == "FROM" for cmd, _ in stack)
+        assert any(cmd == "FROM" for cmd, _dummy in stack)
         # Each context carries the whole vLLM and LMCache series the Dockerfile applies (2 and 9 patches).
         for project, ref, count in (("vllm", "v0.26.0", 2), ("lmcache", "v0.5.2", 9)):
             series = sorted(p.name for p in (BUILD / f"aic-stack-rocm-{suffix}" / "patches" / project / ref).iterdir())

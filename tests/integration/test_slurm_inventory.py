@@ -81,7 +81,7 @@ def test_the_host_of_a_gpu_job_gets_its_gpu_ids(slurm_conf, gpu_job, tmp_path):
         f'plugin: aic.stack.slurm\njob_id: "{gpu_job}"\nslurm_conf: {slurm_conf}\n'
         "compose:\n  aic_gpus: slurm_job_gpu_ids\n"
     )
-    inventory, _ = ansible_inventory(config)
+    inventory, _dummy = ansible_inventory(config)
     node = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
     assert inventory["aic_nodes"]["hosts"] == [node]
     hostvars = {k: _plain(v) for k, v in inventory["_meta"]["hostvars"][node].items()}
@@ -107,7 +107,7 @@ def test_a_finished_job_has_no_gpu_ids(slurm_conf, tmp_path):
         time.sleep(0.3)
     config = tmp_path / "aic-slurm.yml"
     config.write_text(f'plugin: aic.stack.slurm\njob_id: "{job_id}"\nslurm_conf: {slurm_conf}\n')
-    inventory, _ = ansible_inventory(config)
+    inventory, _dummy = ansible_inventory(config)
     # Slurm keeps a finished job's NodeList (the plugin lists it, as before) but no longer holds its GPUs.
     (host,) = inventory["aic_nodes"]["hosts"]
     hostvars = inventory["_meta"]["hostvars"][host]

@@ -303,6 +303,7 @@ class Streamer:
         try:
             result = subprocess.run(
                 [self.docker, "container", "inspect", "--format", fmt, self.container],
+                check=False,
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 timeout=30,
@@ -593,7 +594,7 @@ def fail(message):
 
 
 def parser():
-    top = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    top = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     sub = top.add_subparsers(dest="command", required=True)
     for name in ("start", "run", "stop", "status"):
         p = sub.add_parser(name)

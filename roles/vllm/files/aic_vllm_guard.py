@@ -113,7 +113,7 @@ class Guard:
 
 
 def parse(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n", maxsplit=1)[0])
     parser.add_argument("--lmcache-url", required=True, help="LMCache's HTTP port, e.g. http://aic-lmcache:8080")
     parser.add_argument("--interval", type=float, default=5.0, help="seconds between two looks at LMCache")
     parser.add_argument("--grace", type=float, default=0.0, help="seconds vLLM gets after SIGTERM before SIGKILL")
