@@ -55,7 +55,8 @@ def validator_spec(options):
 def check_inputs(inputs, options):
     """Check every plan input of ``inputs`` against the spec ``options``, after the empty-means-default step.
 
-    Returns nothing; raises :class:`PlanError` naming every input of the wrong type or outside its choices. An input
+    Returns what was checked ({name: value}, the defaults applied, every plan input with a value); raises
+    :class:`PlanError` naming every input of the wrong type or outside its choices. An input
     that has no default for the flavour and is unset (``aic_vllm_model`` on rocm) is left to the plan, which names it.
     Variables the plan does not know are not looked at (the plan warns about unknown ``aic_*`` names).
     """
@@ -76,3 +77,4 @@ def check_inputs(inputs, options):
     result = ArgumentSpecValidator(spec).validate(params)
     if result.error_messages:
         raise PlanError("; ".join(result.error_messages))
+    return params

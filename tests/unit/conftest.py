@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+import socketserver
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
@@ -40,8 +41,18 @@ class Response:
         self.headers = headers or {}
 
 
+class _UnixHTTPServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The HTTP server on a unix socket (what a Docker engine listens on)."""
+
+    daemon_threads = True
+
+    def get_request(self):
+        request, _dummy = super().get_request()
+        return request, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
+
+
 class LocalHTTPServer:
-    """A ``ThreadingHTTPServer`` on 127.0.0.1 with routes configurable per test.
+    """A ``ThreadingHTTPServer`` on 127.0.0.1 (or on the unix socket ``unix_path``) with routes configurable per test.
 
     A route maps ``(method, path)`` to either a :class:`Response`, a list of them (served in
     order, the last one repeating) or a callable ``f(RecordedRequest)`` returning a
@@ -49,7 +60,8 @@ class LocalHTTPServer:
     Unknown paths get a 404 like most real servers. Every request is recorded in ``requests``.
     """
 
-    def __init__(self):
+    def __init__(self, unix_path=None):
+        self.unix_path = unix_path
         self.routes = {}
         self.requests = []
         self._lock = threading.Lock()
@@ -75,7 +87,7 @@ class LocalHTTPServer:
                 for key, value in resp.headers.items():
                     self.send_header(key, value)
                 self.end_headers()
-                if self.command != "HEAD":
+                if self.command != "HEAD" and resp.body:
                     self.wfile.write(resp.body)
 
             do_GET = do_POST = do_HEAD = do_PUT = do_DELETE = _handle
@@ -83,8 +95,11 @@ class LocalHTTPServer:
             def log_message(self, format, *args):
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
+        if self.unix_path:
+            self._httpd = _UnixHTTPServer(self.unix_path, Handler)
+        else:
+            self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            self._httpd.daemon_threads = True
         self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
@@ -103,6 +118,11 @@ class LocalHTTPServer:
     @property
     def url(self):
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def docker_host(self):
+        """This server as a Docker engine address (``unix://...`` or ``tcp://...``)."""
+        return f"unix://{self.unix_path}" if self.unix_path else f"tcp://127.0.0.1:{self.port}"
 
     # -- routes ----------------------------------------------------------------------------
     def route(self, path, status=200, body="", content_type="text/plain; charset=utf-8", method="GET"):
@@ -148,6 +168,16 @@ class LocalHTTPServer:
 def http_server():
     """A started :class:`LocalHTTPServer`, stopped after the test."""
     server = LocalHTTPServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def unix_http_server(tmp_path):
+    """A started :class:`LocalHTTPServer` on a unix socket (an engine's stand-in), stopped after the test."""
+    server = LocalHTTPServer(unix_path=str(tmp_path / "http.sock")).start()
     try:
         yield server
     finally:

@@ -1,13 +1,10 @@
-"""module_utils/docker_api: requests over a real unix socket (an HTTP server answering as an engine would) and over
-TCP, error bodies, unreachable engines; and the real Docker engine of this machine where one runs."""
+"""module_utils/docker_api: requests over a real unix socket (the unit tests' LocalHTTPServer answering as an engine
+would) and over TCP, error bodies, unreachable engines; and the real Docker engine of this machine where one runs."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import socketserver
-import threading
 import uuid
 
 import pytest
@@ -16,109 +13,48 @@ from ansible_collections.aic.stack.plugins.module_utils import docker_api
 from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI, DockerAPIError
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """Answers like an engine: 201 for a create (echoing what it got), 404/403/500 with a JSON message, 204 empty."""
-
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, status, doc=None):
-        raw = json.dumps(doc).encode() if doc is not None else b""
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(raw)))
-        if raw:
-            self.send_header("Content-Type", "application/json")
-        self.end_headers()
-        if raw:
-            self.wfile.write(raw)
-
-    def do_GET(self):
-        self.server.seen.append(("GET", self.path, None))
-        if self.path == "/images/sha256%3Aabc/json":
-            self._answer(200, {"Id": "sha256:abc"})
-        elif self.path == "/teapot":
-            self.send_response(418)
-            self.send_header("Content-Length", "5")
-            self.end_headers()
-            self.wfile.write(b"brew!")
-        elif self.path == "/broken":
-            self._answer(500, {"message": "engine exploded"})
-        else:
-            self._answer(404, {"message": f"No such image: {self.path}"})
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.seen.append(("POST", self.path, body))
-        if body.get("HostConfig", {}).get("PidMode") == "host":
-            self._answer(403, {"message": "authorization denied by plugin test: host PID is not allowed"})
-        else:
-            self._answer(201, {"Id": "c0ffee", "Got": body, "ContentType": self.headers.get("Content-Type")})
-
-    def do_DELETE(self):
-        self.server.seen.append(("DELETE", self.path, None))
-        self._answer(204)
+def echo_create(req):
+    """A create answered 201 with what it got (body and content type)."""
+    doc = {"Id": "c0ffee", "Got": req.json(), "ContentType": req.headers.get("Content-Type")}
+    return 201, json.dumps(doc), "application/json"
 
 
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):
-        request, _dummy = super().get_request()
-        return request, ("local", 0)  # BaseHTTPRequestHandler wants a (host, port) client address
-
-
-class _TCPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
-    daemon_threads = True
-
-
-def _serve(server):
-    server.seen = []
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-@pytest.fixture
-def engine(tmp_path):
-    sock = tmp_path / "engine.sock"
-    server = _serve(_UnixServer(str(sock), _Handler))
-    yield f"unix://{sock}", server
-    server.shutdown()
-    server.server_close()
-
-
-def test_a_create_sends_json_with_params_and_returns_the_answer(engine):
-    host, server = engine
-    api = DockerAPI(host, timeout=5)
+def test_a_create_sends_json_with_params_and_returns_the_answer(unix_http_server):
+    unix_http_server.handler_route("/containers/create", echo_create, method="POST")
+    api = DockerAPI(unix_http_server.docker_host, timeout=5)
     answer = api.call("POST", "/containers/create", params={"name": "probe-1"}, body={"Image": "img:1"})
     assert answer["Id"] == "c0ffee" and answer["Got"] == {"Image": "img:1"}
     assert answer["ContentType"] == "application/json"
-    assert server.seen == [("POST", "/containers/create?name=probe-1", {"Image": "img:1"})]
+    (req,) = unix_http_server.calls("/containers/create", "POST")
+    assert req.query == "name=probe-1"
 
 
-def test_an_empty_answer_is_none_and_the_path_is_quoted(engine):
-    host, server = engine
-    assert DockerAPI(host).call("DELETE", docker_api.path("/containers/{}", "a b/c"), params={"force": "1"}) is None
-    assert server.seen[-1] == ("DELETE", "/containers/a%20b%2Fc?force=1", None)
+def test_an_empty_answer_is_none_and_the_path_is_quoted(unix_http_server):
+    unix_http_server.route("/containers/a%20b%2Fc", status=204, method="DELETE")
+    api = DockerAPI(unix_http_server.docker_host)
+    assert api.call("DELETE", docker_api.path("/containers/{}", "a b/c"), params={"force": "1"}) is None
+    assert [r.query for r in unix_http_server.calls("/containers/a%20b%2Fc", "DELETE")] == ["force=1"]
 
 
-def test_a_refusal_carries_the_status_and_the_engines_own_message(engine):
-    host, _dummy = engine
+def test_a_refusal_carries_the_status_and_the_engines_own_message(unix_http_server):
+    message = "authorization denied by plugin test: host PID is not allowed"
+    unix_http_server.json_route("/containers/create", {"message": message}, status=403, method="POST")
     with pytest.raises(DockerAPIError) as err:
-        DockerAPI(host).call("POST", "/containers/create", body={"HostConfig": {"PidMode": "host"}})
-    assert err.value.status == 403
-    assert err.value.message == "authorization denied by plugin test: host PID is not allowed"
+        DockerAPI(unix_http_server.docker_host).call("POST", "/containers/create", body={"Image": "i"})
+    assert (err.value.status, err.value.message) == (403, message)
 
 
-def test_a_body_that_is_not_json_is_the_message(engine):
-    host, _dummy = engine
+def test_a_body_that_is_not_json_is_the_message(unix_http_server):
+    unix_http_server.route("/teapot", status=418, body="brew!")
     with pytest.raises(DockerAPIError) as err:
-        DockerAPI(host).call("GET", "/teapot")
+        DockerAPI(unix_http_server.docker_host).call("GET", "/teapot")
     assert (err.value.status, err.value.message) == (418, "brew!")
 
 
-def test_exists_is_true_for_200_false_for_404_and_raises_otherwise(engine):
-    host, _dummy = engine
-    api = DockerAPI(host)
+def test_exists_is_true_for_200_false_for_404_and_raises_otherwise(unix_http_server):
+    unix_http_server.json_route("/images/sha256%3Aabc/json", {"Id": "sha256:abc"})
+    unix_http_server.json_route("/broken", {"message": "engine exploded"}, status=500)
+    api = DockerAPI(unix_http_server.docker_host)
     assert api.exists(docker_api.path("/images/{}/json", "sha256:abc")) is True
     assert api.exists(docker_api.path("/images/{}/json", "sha256:def")) is False
     with pytest.raises(DockerAPIError, match="engine exploded") as err:
@@ -126,14 +62,9 @@ def test_exists_is_true_for_200_false_for_404_and_raises_otherwise(engine):
     assert err.value.status == 500
 
 
-def test_tcp_engines_are_spoken_to_as_plain_http():
-    server = _serve(_TCPServer(("127.0.0.1", 0), _Handler))
-    try:
-        api = DockerAPI(f"tcp://127.0.0.1:{server.server_address[1]}")
-        assert api.exists("/images/sha256%3Aabc/json") is True
-    finally:
-        server.shutdown()
-        server.server_close()
+def test_tcp_engines_are_spoken_to_as_plain_http(http_server):
+    http_server.json_route("/images/sha256%3Aabc/json", {"Id": "sha256:abc"})
+    assert DockerAPI(http_server.docker_host).exists("/images/sha256%3Aabc/json") is True
 
 
 def test_an_engine_that_is_not_there_is_named(tmp_path):

@@ -1,17 +1,14 @@
 """Unit tests of the host-PID probe (aic.stack.docker_capability): its engine client is the collection's own
-(module_utils/docker_api), talking HTTP over a unix socket to an engine stand-in that answers as an authorization
-plugin or a daemon would, and to this machine's real engine where one runs.
+(module_utils/docker_api), talking HTTP over a unix socket to an engine stand-in (the unit tests' LocalHTTPServer)
+that answers as an authorization plugin or a daemon would, and to this machine's real engine where one runs.
 
 The real engine behind a real authorization plugin is exercised by tests/integration/test_monitoring_authz.py.
 """
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import socketserver
-import threading
 
 import pytest
 
@@ -19,68 +16,35 @@ from ansible_collections.aic.stack.plugins.module_utils.docker_api import Docker
 from ansible_collections.aic.stack.plugins.modules import docker_capability
 
 
-class _Engine(http.server.BaseHTTPRequestHandler):
-    """POST /containers/create answers ``server.create`` (status, message), DELETE answers ``server.delete``."""
-
-    def log_message(self, *args):
-        pass
-
-    def _answer(self, status, doc=None):
-        raw = json.dumps(doc).encode() if doc is not None else b""
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        if raw:
-            self.wfile.write(raw)
-
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        self.server.created.append((self.path, body))
-        status, message = self.server.create
-        self._answer(status, {"Id": "abc123", "Warnings": []} if status == 201 else {"message": message})
-
-    def do_DELETE(self):
-        self.server.deleted.append(self.path)
-        status, message = self.server.delete
-        self._answer(status, {"message": message} if message else None)
-
-
-class _UnixServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = True
-
-    def get_request(self):
-        request, _dummy = super().get_request()
-        return request, ("local", 0)
-
-
 @pytest.fixture
-def engine(tmp_path):
-    """``engine(create=(status, message), delete=(status, message))`` -> (DockerAPI client, the server's record)."""
-    servers = []
+def engine(unix_http_server):
+    """``engine(create=(status, message), delete=(status, message))`` -> (DockerAPI client, the stand-in)."""
 
     def start(create=(201, ""), delete=(204, "")):
-        server = _UnixServer(str(tmp_path / f"engine{len(servers)}.sock"), _Engine)
-        server.create, server.delete, server.created, server.deleted = create, delete, [], []
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        servers.append(server)
-        return DockerAPI(f"unix://{server.server_address}", timeout=5), server
+        status, message = create
+        doc = {"Id": "abc123", "Warnings": []} if status == 201 else {"message": message}
+        unix_http_server.json_route("/containers/create", doc, status=status, method="POST")
+        status, message = delete
+        if message:
+            unix_http_server.json_route("/containers/abc123", {"message": message}, status=status, method="DELETE")
+        else:
+            unix_http_server.route("/containers/abc123", status=status, method="DELETE")
+        return DockerAPI(unix_http_server.docker_host, timeout=5), unix_http_server
 
-    yield start
-    for server in servers:
-        server.shutdown()
-        server.server_close()
+    return start
 
 
 def test_allowed_creates_a_host_pid_container_and_removes_it(engine):
     client, server = engine()
     result = docker_capability.probe_pid_host(client, "aic-prometheus:1", "aic-probe")
     assert result == {"pid_host": "allowed", "message": "", "status_code": None}
-    ((where, body),) = server.created
-    assert where.startswith("/containers/create?name=aic-probe-")
+    (create,) = server.calls("/containers/create", "POST")
+    assert create.query.startswith("name=aic-probe-")
+    body = create.json()
     assert body["HostConfig"]["PidMode"] == "host"
     assert body["Image"] == "aic-prometheus:1"
     assert body["Labels"] == {"ai.aic.probe": "pid-host"}
-    assert server.deleted == ["/containers/abc123?force=1&v=1"]
+    assert [r.query for r in server.calls("/containers/abc123", "DELETE")] == ["force=1&v=1"]
 
 
 def test_authz_refusal_is_denied_with_the_daemons_message(engine):
@@ -88,7 +52,7 @@ def test_authz_refusal_is_denied_with_the_daemons_message(engine):
     client, server = engine(create=(403, msg))
     result = docker_capability.probe_pid_host(client, "img:1", "p")
     assert result == {"pid_host": "denied", "message": msg, "status_code": 403}
-    assert server.deleted == []
+    assert server.calls("/containers/abc123") == []
 
 
 def test_other_refusals_are_errors(engine):

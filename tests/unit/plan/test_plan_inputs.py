@@ -30,23 +30,35 @@ def test_the_spec_is_the_preflight_roles_inputs_entry_point(options):
 
 
 @pytest.mark.parametrize(
-    "inputs",
+    ("inputs", "checked"),
     [
-        {},
-        # An empty string (or null) means the default, for integers, floats and booleans too.
-        {"aic_vllm_port": "", "aic_vllm_gpu_memory_utilization": None, "aic_vllm_lmcache": "  "},
-        # Strings from -e or an inventory that convert.
-        {"aic_vllm_port": "8001", "aic_vllm_gpu_memory_utilization": "0.5", "aic_vllm_lmcache": "false"},
+        ({}, {"aic_vllm_port": 8000, "aic_flavour": "cpu"}),
+        # An empty string (or null) means the default, for integers, floats and booleans too: the default is checked.
+        (
+            {"aic_vllm_port": "", "aic_vllm_gpu_memory_utilization": None, "aic_vllm_lmcache": "  "},
+            {"aic_vllm_port": 8000, "aic_vllm_gpu_memory_utilization": 0.9, "aic_vllm_lmcache": True},
+        ),
+        # Strings from -e or an inventory that convert pass as given (the plan converts them).
+        (
+            {"aic_vllm_port": "8001", "aic_vllm_gpu_memory_utilization": "0.5", "aic_vllm_lmcache": "false"},
+            {"aic_vllm_port": "8001", "aic_vllm_gpu_memory_utilization": "0.5", "aic_vllm_lmcache": "false"},
+        ),
         # A list given as a string (the plan splits it, ';' too for arch sets), and list items that are numbers.
-        {"aic_rocm_arches": "gfx942;gfx950", "aic_gpus": [4, 5]},
-        # rocm: aic_vllm_model has no default there; unset, it is left to the plan (which names it).
-        {"aic_flavour": "rocm"},
-        # Unknown aic_* names are not this check's business (the plan warns about them).
-        {"aic_no_such_input": object()},
+        ({"aic_rocm_arches": "gfx942;gfx950", "aic_gpus": [4, 5]}, {"aic_rocm_arches": "gfx942;gfx950"}),
+        # rocm: its own defaults; aic_vllm_model has none there and, unset, is left to the plan (which names it).
+        ({"aic_flavour": "rocm"}, {"aic_vllm_kv_cache_dtype": "fp8", "aic_vllm_model": None}),
     ],
 )
-def test_valid_inputs_pass(options, inputs):
-    check_inputs(inputs, options)
+def test_valid_inputs_pass_with_the_defaults_applied(options, inputs, checked):
+    result = check_inputs(inputs, options)
+    assert set(result) <= set(DEFAULTS)
+    for name, value in checked.items():
+        assert result.get(name) == value, name
+
+
+def test_unknown_aic_names_are_not_this_checks_business(options):
+    # The plan warns about them; a value no type would take does not fail here.
+    assert "aic_no_such_input" not in check_inputs({"aic_no_such_input": object()}, options)
 
 
 @pytest.mark.parametrize(
