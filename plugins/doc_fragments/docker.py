@@ -18,5 +18,5 @@ options:
     type: int
     default: 60
 requirements:
-  - Python on the node, nothing else (Ansible's own C(open_url); no Docker CLI, no Docker SDK for Python).
+  - Python on the node, nothing else (urllib with Ansible's own unix socket handler; no Docker CLI, no Docker SDK).
 """

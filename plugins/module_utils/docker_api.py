@@ -2,9 +2,11 @@
 # Apache License 2.0 (see https://www.apache.org/licenses/LICENSE-2.0)
 """The one small Docker Engine API client of this collection's modules.
 
-JSON requests to the engine (a ``unix://`` socket or a plain ``tcp://`` address) through Ansible's own ``open_url``
-(its ``unix_socket`` support), so a module needs nothing on the node but Python: no Docker CLI, no Docker SDK, and no
-import of community.docker's internals (its module_utils became private in 5.0.0). What community.docker's public
+JSON requests to the engine (a ``unix://`` socket or a plain ``tcp://`` address) through urllib with Ansible's own
+``UnixHTTPHandler`` (what ``open_url`` uses for its ``unix_socket``), so a module needs nothing on the node but
+Python: no Docker CLI, no Docker SDK, and no import of community.docker's internals (its module_utils became private in
+5.0.0). The opener is this client's own: ``open_url`` installs its opener process-wide, so after one call over a unix
+socket every later ``urllib`` request of the process (a relay daemon's, a test's) would go to the engine's socket. What community.docker's public
 modules do (containers, images, networks) the roles do with those modules; this client is for the questions they do
 not ask (may this engine create a ``--pid=host`` container, does it hold this image id).
 """
@@ -13,10 +15,11 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 from urllib.error import HTTPError, URLError
 from urllib.parse import quote, urlencode
 
-from ansible.module_utils.urls import open_url
+from ansible.module_utils.urls import UnixHTTPHandler
 
 DEFAULT_HOST = "unix:///var/run/docker.sock"
 
@@ -69,24 +72,21 @@ class DockerAPI:
         self.host = engine_host(docker_host)
         self.base_url, self.unix_socket = engine_address(docker_host)
         self.timeout = timeout
+        # No proxy, whatever the environment says: the engine is this node's own.
+        handlers = [urllib.request.ProxyHandler({})]
+        if self.unix_socket:
+            handlers.append(UnixHTTPHandler(self.unix_socket))
+        self._opener = urllib.request.build_opener(*handlers)
 
     def request(self, method, api_path, params=None, body=None):
         """``(status, raw body)`` of one request; DockerAPIError(None, ...) when the engine cannot be reached."""
         url = self.base_url + api_path + ("?" + urlencode(params) if params else "")
         data = json.dumps(body).encode("utf-8") if body is not None else None
         headers = {"Content-Type": "application/json"} if data is not None else {}
+        request = urllib.request.Request(url, data=data, headers=headers, method=method)
         try:
-            response = open_url(
-                url,
-                method=method,
-                data=data,
-                headers=headers,
-                unix_socket=self.unix_socket,
-                timeout=self.timeout,
-                follow_redirects="none",
-                use_proxy=False,
-            )
-            return response.status, response.read()
+            with self._opener.open(request, timeout=self.timeout) as response:
+                return response.status, response.read()
         except HTTPError as exc:
             return exc.code, exc.read()
         except (URLError, OSError) as exc:  # TimeoutError is an OSError

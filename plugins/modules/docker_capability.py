@@ -19,7 +19,7 @@ description:
     message, instead of failing. Any other refusal (missing image, daemon error) is RV(pid_host=error).
   - The probe container is labelled C(ai.aic.probe=pid-host) and named O(name_prefix) plus a random suffix,
     so it can never collide with, or remove, a container it did not create.
-  - Talks to the engine's API through the collection's own client (module_utils/docker_api, Ansible's C(open_url));
+  - Talks to the engine's API through the collection's own client (module_utils/docker_api, urllib);
     no Docker CLI, no Docker SDK for Python, no internals of community.docker.
 author:
   - aic.stack developers (!UNKNOWN)

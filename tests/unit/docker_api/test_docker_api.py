@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.request
 import uuid
 
 import pytest
@@ -97,3 +98,13 @@ def test_the_real_engine_answers_and_has_no_made_up_image():
     with pytest.raises(DockerAPIError) as err:
         api.call("GET", docker_api.path("/containers/{}/json", f"aic-no-such-{uuid.uuid4().hex}"))
     assert err.value.status == 404 and "No such container" in err.value.message
+
+
+def test_a_call_over_a_unix_socket_leaves_the_process_urllib_alone(unix_http_server, http_server):
+    # open_url would install its opener for the whole process: every later urlopen would go to the engine's socket.
+    unix_http_server.json_route("/_ping", {"ok": True})
+    http_server.route("/elsewhere", body="here")
+    assert DockerAPI(unix_http_server.docker_host).call("GET", "/_ping") == {"ok": True}
+    with urllib.request.urlopen(http_server.url + "/elsewhere", timeout=5) as response:
+        assert response.read() == b"here"
+    assert unix_http_server.calls("/elsewhere") == []
