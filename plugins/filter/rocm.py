@@ -14,9 +14,16 @@ from __future__ import annotations
 import re
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.aic.stack.plugins.filter.stack import content_tag
+from ansible_collections.aic.stack.plugins.module_utils.coerce import (
+    ANSIBLE_FALSE,
+    ANSIBLE_TRUE,
+    as_bool,
+    as_choice,
+    as_list,
+    as_str,
+)
 from ansible_collections.aic.stack.plugins.module_utils.plan import INDEX_URL_RE, VLLM_RELEASE_RE, VLLM_WHEEL_ARCHES
 
 ARCH_VAR = "aic_rocm_arches"
@@ -108,7 +115,7 @@ _IMAGE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@-]{0,254}$")
 _VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.+!_-]{0,63}$")
 _CERT_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.crt$")
 _HEX_RE = re.compile(r"^[0-9a-f]{8,128}$")
-_SPLIT_RE = re.compile(r"[;,\s]+")
+_SEPARATORS = ";, "  # between arch names: ';', ',' or any whitespace (coerce.split_text)
 
 _KINDS = {
     "ref": (_REF_RE, "is not a git ref (tag, branch or commit)"),
@@ -138,23 +145,23 @@ def _is_consumer(arch):
 
 def _parse_arches(arches, var=ARCH_VAR):
     """The arch set as a deduplicated list in KNOWN_ARCHES order; AnsibleFilterError on bad input."""
-    if arches is None:
-        items = []
-    elif isinstance(arches, str):
-        items = [arches]
-    elif isinstance(arches, (list, tuple, set, frozenset)):
-        items = list(arches)
-    else:
-        raise AnsibleFilterError(
-            f"{var}: expected a list or a ';'/','-separated string of arches, got {type(arches).__name__} {arches!r}"
-        )
-    names = []
-    for item in items:
-        if not isinstance(item, str):
-            raise AnsibleFilterError(f"{var}: expected arch names, got {type(item).__name__} {item!r}")
-        names.extend(name.lower() for name in _SPLIT_RE.split(item) if name)
-    if not names:
-        raise AnsibleFilterError(f"{var}: empty arch set")
+    names = as_list(
+        var,
+        arches,
+        _SEPARATORS,
+        error=AnsibleFilterError,
+        types=(list, tuple, set, frozenset),
+        none_empty=True,
+        item_types=str,
+        split_items=True,
+        empty=False,
+        messages={
+            "type": "{field}: expected a list or a ';'/','-separated string of arches, got {type} {value!r}",
+            "item": "{field}: expected arch names, got {type} {item!r}",
+            "empty": "{field}: empty arch set",
+        },
+    )
+    names = [name.lower() for name in names]
     unknown = sorted({name for name in names if name not in KNOWN_ARCHES})
     if unknown:
         raise AnsibleFilterError(
@@ -183,17 +190,25 @@ def rocm_build_matrix(arches, vllm_install, consumer_split=True):
     plan decides it (it needs the wheel index and the vLLM ref). Each build is ``{arches, arch_list, vllm_source,
     suffix}``, arches in generation order (gfx90a, gfx942, gfx950, gfx1100, ... gfx1201).
     """
-    try:
-        split = boolean(consumer_split, strict=True)
-    except TypeError:
-        raise AnsibleFilterError(f"{ARCH_VAR}: consumer_split must be a boolean, got {consumer_split!r}")
-    if vllm_install not in VLLM_SOURCES:
-        hint = (
-            " (auto is resolved by the plan: pass aic_plan.images.rocm.vllm_install)" if vllm_install == "auto" else ""
-        )
-        raise AnsibleFilterError(
-            f"{INSTALL_VAR}: rocm_build_matrix needs {' or '.join(VLLM_SOURCES)}, got {vllm_install!r}{hint}"
-        )
+    # Ansible's strict boolean(): y/yes/on/1/true/t, n/no/off/0/false/f, 1 and 0.
+    split = as_bool(
+        "consumer_split",
+        consumer_split,
+        error=AnsibleFilterError,
+        binary=True,
+        numbers=True,
+        true=ANSIBLE_TRUE,
+        false=ANSIBLE_FALSE,
+        message=f"{ARCH_VAR}: {{field}} must be a boolean, got {{value!r}}",
+    )
+    hint = " (auto is resolved by the plan: pass aic_plan.images.rocm.vllm_install)" if vllm_install == "auto" else ""
+    as_choice(
+        INSTALL_VAR,
+        vllm_install,
+        VLLM_SOURCES,
+        error=AnsibleFilterError,
+        message=f"{{field}}: rocm_build_matrix needs {' or '.join(VLLM_SOURCES)}, got {{value!r}}{hint}",
+    )
     selected = _parse_arches(arches)
     if vllm_install == "wheel":
         outside = [arch for arch in selected if arch not in WHEEL_ARCHES]
@@ -213,13 +228,15 @@ def rocm_build_matrix(arches, vllm_install, consumer_split=True):
 
 def _text(key, value):
     var = INPUT_VARS.get(key, f"_image_build_rocm.{key}")
-    if not isinstance(value, str):
-        hint = " (quote it in YAML)" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
-        raise AnsibleFilterError(f"{var}: expected a string, got {type(value).__name__} {value!r}{hint}")
-    if not value:
-        raise AnsibleFilterError(f"{var}: must not be empty")
-    if value != value.strip():
-        raise AnsibleFilterError(f"{var}: {value!r} has leading or trailing whitespace")
+    hint = " (quote it in YAML)" if isinstance(value, (int, float)) and not isinstance(value, bool) else ""
+    value = as_str(
+        var,
+        value,
+        error=AnsibleFilterError,
+        strip="reject",
+        empty=False,
+        messages={"type": f"{{field}}: expected a string, got {{type}} {{value!r}}{hint}"},
+    )
     kind = INPUT_KINDS.get(key)
     if kind:
         pattern, problem = _KINDS[kind]
@@ -255,10 +272,7 @@ def _validate(inputs, image):
         else:
             values[key] = _text(key, inputs[key])
     if "vllm_source" in values:
-        if values["vllm_source"] not in VLLM_SOURCES:
-            raise AnsibleFilterError(
-                f"_image_build_rocm.vllm_source: {values['vllm_source']!r} is not one of {', '.join(VLLM_SOURCES)}"
-            )
+        as_choice("_image_build_rocm.vllm_source", values["vllm_source"], VLLM_SOURCES, error=AnsibleFilterError)
         if values["vllm_source"] == "wheel":
             outside = [a for a in values["arch_list"].split(";") if a not in WHEEL_ARCHES]
             if outside:

@@ -28,11 +28,20 @@ import os
 import random
 import re
 import statistics
+import sys
 import threading
 import time
 from collections import namedtuple
 
 from ansible_collections.aic.stack.plugins.module_utils import metrics as prom
+from ansible_collections.aic.stack.plugins.module_utils.coerce import (
+    as_bool,
+    as_choice,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+)
 
 # --------------------------------------------------------------------------------------------------------------
 # Profiles and arms
@@ -126,7 +135,8 @@ ARMS = {
     },
 }
 
-# plan.DEFAULTS["aic_lmcache_shm_size_gb"]; kept here so this module needs no other module_utils but metrics.
+# plan.DEFAULTS["aic_lmcache_shm_size_gb"]; kept here so this module needs no other module_utils but metrics and
+# coerce.
 DEFAULT_SHM_SIZE_GB = 2
 
 _INT_KEYS = {"iterations": 1, "isl": 2, "prefix_tokens": 1, "max_tokens": 1, "warmup_iters": 0, "seed": 0}
@@ -143,8 +153,6 @@ _FLOAT_KEYS = {
 }
 _OPTIONAL_FLOAT_KEYS = {"gpu_memory_utilization": (0.01, 1.0), "l1_size_gb": (0.001, 65536.0)}
 _STR_KEYS = ("description", "slurm_time")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 
 
 def is_default(value):
@@ -161,66 +169,55 @@ def profile_name(name):
 
 
 def _int(key, value, minimum):
-    if isinstance(value, bool):
-        raise CliffConfigError(f"{key}: expected an integer, got boolean {value!r}")
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str) and re.fullmatch(r"\s*[+-]?[0-9]+\s*", value):
-        value = int(value)
-    if not isinstance(value, int):
-        raise CliffConfigError(f"{key}: expected an integer, got {value!r}")
-    if value < minimum:
-        raise CliffConfigError(f"{key}: must be at least {minimum}, got {value}")
-    return value
+    # Signed strings and integral floats (2.0 from a CSV/JSON) are integers here.
+    return as_int(key, value, minimum, error=CliffConfigError, parse="signed", integral_floats=True)
 
 
 def _float(key, value, minimum, maximum=None):
-    if isinstance(value, bool):
-        raise CliffConfigError(f"{key}: expected a number, got boolean {value!r}")
-    if isinstance(value, str):
-        try:
-            value = float(value)
-        except ValueError:
-            raise CliffConfigError(f"{key}: expected a number, got {value!r}")
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise CliffConfigError(f"{key}: expected a number, got {value!r}")
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f"between {minimum:g} and {maximum:g}" if maximum is not None else f"at least {minimum:g}"
-        raise CliffConfigError(f"{key}: must be {bounds}, got {value:g}")
-    return float(value)
+    return as_float(
+        key,
+        value,
+        minimum,
+        maximum,
+        error=CliffConfigError,
+        parse="number",
+        finite=True,
+        messages={"range": "{field}: must be between {minimum:g} and {maximum:g}, got {number:g}"},
+    )
 
 
 def _bool(key, value):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
-        return value.strip().lower() in _TRUE
-    raise CliffConfigError(f"{key}: expected a boolean (true/false), got {value!r}")
+    return as_bool(key, value, error=CliffConfigError)
 
 
-def _split(value):
-    """A list from a list/tuple or a comma/space separated string (``"1,8,32"``, ``"dram nvme"``)."""
-    if isinstance(value, str):
-        return [part for part in re.split(r"[,\s]+", value.strip()) if part]
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    return [value]
+def _split(value, key, what, convert=None):
+    """A non-empty list from a list/tuple, a comma/space separated string (``"1,8,32"``, ``"dram nvme"``) or one
+    other value; ``what`` names the list in the error for an empty one."""
+    return as_list(
+        key,
+        value,
+        ", ",
+        error=CliffConfigError,
+        scalar=True,
+        convert=convert,
+        empty=False,
+        message=f"{{field}}: the {what} is empty",
+    )
 
 
 def parse_concurrency(value, key="concurrency"):
     """Validate a concurrency ladder: a non-empty list of distinct integers >= 1, returned sorted ascending."""
-    items = _split(value)
-    if not items:
-        raise CliffConfigError(f"{key}: the concurrency ladder is empty")
+    items = _split(value, key, "concurrency ladder")
     ladder = []
     for item in items:
-        if isinstance(item, bool) or not (
-            isinstance(item, int) or (isinstance(item, str) and re.fullmatch(r"[0-9]+", item.strip()))
-        ):
-            raise CliffConfigError(f"{key}: {item!r} is not an integer concurrency")
-        level = int(item)
-        if level < 1:
-            raise CliffConfigError(f"{key}: concurrency must be at least 1, got {level}")
+        level = as_int(
+            key,
+            item,
+            1,
+            error=CliffConfigError,
+            message="{field}: {value!r} is not an integer concurrency",
+            messages={"minimum": "{field}: concurrency must be at least 1, got {number}"},
+        )
         if level in ladder:
             raise CliffConfigError(f"{key}: concurrency {level} is listed twice")
         ladder.append(level)
@@ -229,13 +226,12 @@ def parse_concurrency(value, key="concurrency"):
 
 def parse_arms(value, key="arms"):
     """Validate an arm list such as ``AIC_CLIFF_ARMS="dram,nvme"``; returns the names in the given order."""
-    items = [str(item).strip() for item in _split(value)]
-    if not items:
-        raise CliffConfigError(f"{key}: the arm list is empty")
+    items = _split(value, key, "arm list", convert=lambda item: str(item).strip())
     arms = []
     for item in items:
-        if item not in ARMS:
-            raise CliffConfigError(f"{key}: unknown arm {item!r} (choose from {', '.join(ARMS)})")
+        as_choice(
+            key, item, ARMS, error=CliffConfigError, message="{field}: unknown arm {value!r} (choose from {choices})"
+        )
         if item in arms:
             raise CliffConfigError(f"{key}: arm {item!r} is listed twice")
         arms.append(item)
@@ -248,10 +244,9 @@ def _validate_value(key, value):
     if key == "arms":
         return parse_arms(value)
     if key == "prefix_mode":
-        value = str(value).strip()
-        if value not in PREFIX_MODES:
-            raise CliffConfigError(f"prefix_mode: {value!r} is not one of {', '.join(PREFIX_MODES)}")
-        return value
+        return as_choice(
+            key, as_str(key, value, error=CliffConfigError, convert=True), PREFIX_MODES, error=CliffConfigError
+        )
     if key in _INT_KEYS:
         return _int(key, value, _INT_KEYS[key])
     if key in _FLOAT_KEYS:
@@ -261,14 +256,11 @@ def _validate_value(key, value):
     if key == "warmup_at_each_c":
         return _bool(key, value)
     if key == "model":
-        value = str(value).strip()
-        if re.search(r"\s", value):
-            raise CliffConfigError(f"model: {value!r} contains whitespace")
-        return value
+        return as_str(key, value, error=CliffConfigError, convert=True, spaces=False)
     if key in _STR_KEYS:
-        if not isinstance(value, str):
-            raise CliffConfigError(f"{key}: expected a string, got {value!r}")
-        return value
+        return as_str(
+            key, value, error=CliffConfigError, strip=False, message="{field}: expected a string, got {value!r}"
+        )
     raise CliffConfigError(f"{key}: unknown profile key")  # pragma: no cover - keys are checked first
 
 
@@ -769,8 +761,14 @@ def run_burst(url, model, prompts, concurrency, max_tokens=1, timeout=900.0, pro
     """
     import requests
 
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise CliffConfigError(f"concurrency: expected an integer >= 1, got {concurrency!r}")
+    as_int(
+        "concurrency",
+        concurrency,
+        1,
+        error=CliffConfigError,
+        parse="int",
+        message="{field}: expected an integer >= 1, got {value!r}",
+    )
     endpoint = url.rstrip("/") + "/v1/completions"
     workers = max(1, min(concurrency, len(prompts)))
     records = [None] * len(prompts)
@@ -823,7 +821,7 @@ def run_burst(url, model, prompts, concurrency, max_tokens=1, timeout=900.0, pro
                     return
                 records[index] = one(session, index)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(workers)]
+    threads = [threading.Thread(target=worker, daemon=True) for _worker in range(workers)]
     for thread in threads:
         thread.start()
     barrier.wait()
@@ -1091,7 +1089,7 @@ def _plot(rows, cliffs=None):
 def _series(entries, key):
     """The concurrency levels and the values of ``key`` of the summary ``entries`` that have one."""
     points = [(e["concurrency"], e[key]) for e in entries if e[key] is not None]
-    return [c for c, _ in points], [value for _, value in points]
+    return [c for c, _value in points], [value for _c, value in points]
 
 
 def _finish(plt, fig, ax, path, title, ylabel, ladder):
@@ -1206,7 +1204,13 @@ def write_report(results_dir, rows=None, profile=None):
 # --------------------------------------------------------------------------------------------------------------
 
 
-def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=print, clock=time.monotonic, sleep=time.sleep):
+def _stdout_line(text):
+    """The default progress log of :func:`run_arm`: one line on stdout, flushed (a Slurm job's output follows it)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=None, clock=time.monotonic, sleep=time.sleep):
     """Run the profile's concurrency ladder for ``arm`` (already deployed by the caller); returns CSV rows.
 
     Per concurrency ``c``: warmup bursts (at every ``c`` when ``warmup_at_each_c``, else only at the lowest),
@@ -1214,6 +1218,7 @@ def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=print, 
     measured bursts, each between two counter reads that wait for vLLM's query counters to settle.
     """
     parse_arms([arm], key="arm")
+    log = log or _stdout_line
     reader = MetricsReader(vllm_url, lmcache_url if arm_uses_lmcache(arm) else None)
     builder = WordPromptBuilder(encode, seed=profile["seed"])
     rows = []

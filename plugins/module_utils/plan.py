@@ -14,6 +14,14 @@ import ipaddress
 import posixpath
 import re
 
+from ansible_collections.aic.stack.plugins.module_utils.coerce import (
+    as_bool,
+    as_choice,
+    as_float,
+    as_int,
+    as_list,
+    as_str,
+)
 from ansible_collections.aic.stack.plugins.module_utils.lmcache_args import (
     FS_DIR,
     L2_BACKENDS,
@@ -284,59 +292,35 @@ def resolve(inputs, name, flavour="cpu"):
 
 
 def _as_int(name, value):
-    if isinstance(value, bool):
-        raise PlanError(f"{name}: expected an integer, got boolean {value!r}")
-    if isinstance(value, int):
-        result = value
-    elif isinstance(value, str) and re.fullmatch(r"\s*[0-9]+\s*", value):
-        result = int(value)
-    else:
-        raise PlanError(f"{name}: expected an integer, got {value!r}")
     low, high = INT_FIELDS[name]
-    if not low <= result <= high:
-        raise PlanError(f"{name}: {result} is outside {low}..{high}")
-    return result
+    return as_int(name, value, low, high, error=PlanError)
 
 
 def _as_bool(name, value):
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "1", "on"):
-        return True
-    if text in ("false", "no", "0", "off"):
-        return False
-    raise PlanError(f"{name}: expected a boolean (true/false), got {value!r}")
+    # Any value's text: the int 1 (from -e) is "1"; "on"/"off" are booleans too.
+    return as_bool(name, value, error=PlanError, text=True)
 
 
 def _as_float(name, value):
-    if isinstance(value, bool):
-        raise PlanError(f"{name}: expected a number, got boolean {value!r}")
-    try:
-        result = float(value)
-    except (TypeError, ValueError):
-        raise PlanError(f"{name}: expected a number, got {value!r}")
     low, high = FLOAT_FIELDS[name]
-    if not low <= result <= high:
-        raise PlanError(f"{name}: {result:g} is outside {low:g}..{high:g}")
-    return result
+    return as_float(name, value, low, high, error=PlanError)
 
 
 def _as_list(name, value):
-    if isinstance(value, str):
-        # A comma-separated string is accepted from the environment / command line (';' too for arch sets).
-        separators = ",;" if name == "aic_rocm_arches" else ","
-        return [item.strip() for item in re.split(f"[{separators}]", value) if item.strip()]
-    if not isinstance(value, (list, tuple)):
-        raise PlanError(f"{name}: expected a list, got {type(value).__name__} {value!r}")
-    return [str(item) for item in value]
+    # A comma-separated string is accepted from the environment / command line (';' too for arch sets).
+    separators = ",;" if name == "aic_rocm_arches" else ","
+    return as_list(name, value, separators, error=PlanError, convert=str)
 
 
 def _as_name(name, value):
-    value = str(value).strip()
-    if not NAME_RE.match(value):
-        raise PlanError(f"{name}: {value!r} is not a valid name (lower-case letters, digits, '.', '_', '-')")
-    return value
+    return as_str(
+        name,
+        value,
+        error=PlanError,
+        convert=True,
+        pattern=NAME_RE,
+        messages={"pattern": "{field}: {value!r} is not a valid name (lower-case letters, digits, '.', '_', '-')"},
+    )
 
 
 def normalize(inputs):
@@ -345,8 +329,13 @@ def normalize(inputs):
     values = {}
     flavour = resolve(inputs, "aic_flavour")
     flavour = flavour.strip() if isinstance(flavour, str) else flavour
-    if flavour not in FLAVOURS:
-        raise PlanError(f"aic_flavour: unknown flavour {flavour!r} (choose one of {', '.join(FLAVOURS)})")
+    as_choice(
+        "aic_flavour",
+        flavour,
+        FLAVOURS,
+        error=PlanError,
+        message="{field}: unknown flavour {value!r} (choose one of {choices})",
+    )
     for name in DEFAULTS:
         value = resolve(inputs, name, flavour)
         if value is None and name == "aic_vllm_model_name":
@@ -362,20 +351,21 @@ def normalize(inputs):
         elif name in LIST_FIELDS:
             value = _as_list(name, value)
         else:
-            if isinstance(value, (list, dict)):
-                raise PlanError(f"{name}: expected a string, got {type(value).__name__}")
-            value = str(value).strip()
+            value = as_str(
+                name,
+                value,
+                error=PlanError,
+                convert=True,
+                reject=(list, dict),
+                message="{field}: expected a string, got {type}",
+            )
         values[name] = value
     return values, unknown
 
 
 def validate(values):
     """Cross-field rules the argument spec cannot express."""
-    if values["aic_lmcache_eviction_policy"] not in EVICTION_POLICIES:
-        raise PlanError(
-            f"aic_lmcache_eviction_policy: {values['aic_lmcache_eviction_policy']!r} is not one of "
-            f"{', '.join(EVICTION_POLICIES)}"
-        )
+    as_choice("aic_lmcache_eviction_policy", values["aic_lmcache_eviction_policy"], EVICTION_POLICIES, error=PlanError)
     for name in (
         "aic_stack_name",
         "aic_image_name",
@@ -407,10 +397,7 @@ def validate(values):
         r"[A-Za-z0-9][A-Za-z0-9._/-]*:[A-Za-z0-9._-]+", values["aic_stack_image"]
     ):
         raise PlanError(f"aic_stack_image: {values['aic_stack_image']!r} is not an image reference name:tag")
-    if values["aic_monitoring_mode"] not in MONITORING_MODES:
-        raise PlanError(
-            f"aic_monitoring_mode: {values['aic_monitoring_mode']!r} is not one of {', '.join(MONITORING_MODES)}"
-        )
+    as_choice("aic_monitoring_mode", values["aic_monitoring_mode"], MONITORING_MODES, error=PlanError)
     for name in (
         "aic_prometheus_image",
         "aic_node_exporter_image",
@@ -448,8 +435,13 @@ def validate(values):
                 + ("outside 1..65535" if port > 65535 else f"already used by {seen[port]}")
             )
     for name in ("aic_vllm_ipc_mode", "aic_vllm_pid_mode"):
-        if values[name] not in NAMESPACE_MODES:
-            raise PlanError(f"{name}: {values[name]!r} is not one of lmcache, shareable, host, private or empty")
+        as_choice(
+            name,
+            values[name],
+            NAMESPACE_MODES,
+            error=PlanError,
+            message="{field}: {value!r} is not one of lmcache, shareable, host, private or empty",
+        )
     if values["aic_vllm_ipc_mode"] not in ("lmcache", "host"):
         raise PlanError(
             f"aic_vllm_ipc_mode: {values['aic_vllm_ipc_mode']!r} does not share IPC with LMCache; use lmcache (join "
@@ -472,11 +464,13 @@ def validate(values):
     for gpu in values["aic_gpus"]:
         if not re.fullmatch(r"[0-9]+|GPU-[0-9a-fA-F-]+", gpu):
             raise PlanError(f"aic_gpus: {gpu!r} is not a GPU index or UUID")
-    if values["aic_lmcache_l2_backend"] not in L2_BACKENDS:
-        raise PlanError(
-            f"aic_lmcache_l2_backend: unknown backend {values['aic_lmcache_l2_backend']!r} "
-            f"(choose one of {', '.join(L2_BACKENDS)})"
-        )
+    as_choice(
+        "aic_lmcache_l2_backend",
+        values["aic_lmcache_l2_backend"],
+        L2_BACKENDS,
+        error=PlanError,
+        message="{field}: unknown backend {value!r} (choose one of {choices})",
+    )
     index = values["aic_vllm_wheel_index_url"]
     if index and not INDEX_URL_RE.match(index):
         raise PlanError(f"aic_vllm_wheel_index_url: {index!r} is not an http(s) URL (empty: no wheel index)")
@@ -528,12 +522,12 @@ def rocm_arch_names(arches):
     """The arch names of aic_rocm_arches (a list, or a ';'/','-separated string), lower-case, in input order.
 
     Only what vllm_install_for needs; the filter aic.stack.rocm_build_matrix checks the names themselves."""
-    items = [arches] if isinstance(arches, str) else list(arches or [])
     names = []
-    for item in items:
-        for name in re.split(r"[;,\s]+", str(item)):
-            if name and name.lower() not in names:
-                names.append(name.lower())
+    for name in as_list(
+        "aic_rocm_arches", arches or [], ";, ", error=PlanError, types=object, convert=str, split_items=True
+    ):
+        if name.lower() not in names:
+            names.append(name.lower())
     return names
 
 
@@ -546,8 +540,7 @@ def vllm_install_for(choice, arches, wheel_index_url, vllm_ref):
     then and builds from source otherwise; ``wheel`` demands it (PlanError naming what does not fit); ``source``
     always builds from source, against the base image's torch.
     """
-    if choice not in VLLM_INSTALLS:
-        raise PlanError(f"aic_vllm_install: {choice!r} is not one of {', '.join(VLLM_INSTALLS)}")
+    as_choice("aic_vllm_install", choice, VLLM_INSTALLS, error=PlanError)
     if choice == "source":
         return "source"
     names = rocm_arch_names(arches)

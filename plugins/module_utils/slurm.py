@@ -28,6 +28,8 @@ import posixpath
 import re
 import shlex
 
+from ansible_collections.aic.stack.plugins.module_utils.coerce import as_bool, as_choice, as_int, as_list, as_str
+
 DIALECTS = ("slurm", "spur")
 SPEC_FIELDS = (
     "name",
@@ -120,36 +122,37 @@ def _flag_name(arg):
 
 
 def _int_field(spec, field, minimum):
-    value = spec.get(field)
-    if isinstance(value, bool) or value is None:
-        raise SlurmSpecError(f"{field} must be an integer >= {minimum} (got {value!r})")
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise SlurmSpecError(f"{field} must be an integer >= {minimum} (got {value!r})")
-    if number < minimum:
-        raise SlurmSpecError(f"{field} must be an integer >= {minimum} (got {number})")
-    return number
+    # Whatever int() reads from the value's text ("2", " 2 ", 2, "+2"); never a boolean or None.
+    return as_int(
+        field,
+        spec.get(field),
+        minimum,
+        error=SlurmSpecError,
+        parse="str",
+        message="{field} must be an integer >= {minimum} (got {value!r})",
+        messages={"minimum": "{field} must be an integer >= {minimum} (got {number})"},
+    )
 
 
 def _str_field(spec, field):
-    value = spec.get(field)
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise SlurmSpecError(f"{field} must be a string (got {value!r})")
-    return value.strip()
+    return as_str(
+        field, spec.get(field), error=SlurmSpecError, none="", message="{field} must be a string (got {value!r})"
+    )
 
 
 def _word_field(spec, field, what):
     """An optional one-word string field (stripped; empty when unset); names the field when it is not one."""
-    value = spec.get(field)
-    if value is not None and not isinstance(value, str):
-        raise SlurmSpecError(f"{field} must be {what} (got {value!r})")
-    value = (value or "").strip()
-    if any(c.isspace() for c in value):
-        raise SlurmSpecError(f"{field} must not contain whitespace (got {value!r})")
-    return value
+    return as_str(
+        field,
+        spec.get(field),
+        error=SlurmSpecError,
+        none="",
+        spaces=False,
+        messages={
+            "type": f"{{field}} must be {what} (got {{value!r}})",
+            "spaces": "{field} must not contain whitespace (got {value!r})",
+        },
+    )
 
 
 def job_spec(spec):
@@ -164,9 +167,13 @@ def job_spec(spec):
     """
     if not isinstance(spec, dict):
         raise SlurmSpecError(f"the job spec must be a dict (got {type(spec).__name__})")
-    dialect = _str_field(spec, "dialect") or "slurm"
-    if dialect not in DIALECTS:
-        raise SlurmSpecError(f"dialect must be one of {', '.join(DIALECTS)} (got {dialect!r})")
+    dialect = as_choice(
+        "dialect",
+        _str_field(spec, "dialect") or "slurm",
+        DIALECTS,
+        error=SlurmSpecError,
+        message="{field} must be one of {choices} (got {value!r})",
+    )
     name = _str_field(spec, "name")
     if not NAME_RE.match(name):
         raise SlurmSpecError(f"name must be made of letters, digits, '.', '_' and '-' (got {name!r})")
@@ -179,9 +186,14 @@ def job_spec(spec):
     controller = _str_field(spec, "controller")
     if controller and dialect != "spur":
         raise SlurmSpecError(f"controller is only used by the spur dialect (dialect is {dialect!r})")
-    extra = spec.get("extra_args") or []
-    if isinstance(extra, str) or not isinstance(extra, (list, tuple)) or not all(isinstance(a, str) for a in extra):
-        raise SlurmSpecError(f"extra_args must be a list of strings (got {extra!r})")
+    extra = as_list(
+        "extra_args",
+        spec.get("extra_args") or [],
+        None,
+        error=SlurmSpecError,
+        item_types=str,
+        message="{field} must be a list of strings (got {value!r})",
+    )
     for arg in extra:
         flag = _flag_name(arg)
         if flag in MANAGED_FLAGS:
@@ -201,9 +213,13 @@ def job_spec(spec):
         raise SlurmSpecError(f"time_limit must be a Slurm time such as 30, 01:00:00 or 1-00:00:00 (got {time_limit!r})")
     constraint = _word_field(spec, "constraint", "a string such as GFX942&NVME")
     nodelist = _word_field(spec, "nodelist", "a Slurm hostlist string such as node[1-2]")
-    requeue = spec.get("requeue", False)
-    if not isinstance(requeue, bool):
-        raise SlurmSpecError(f"requeue must be a boolean (got {requeue!r})")
+    requeue = as_bool(
+        "requeue",
+        spec.get("requeue", False),
+        error=SlurmSpecError,
+        strings=False,
+        message="{field} must be a boolean (got {value!r})",
+    )
     return {
         "name": name,
         "command": command,
@@ -349,7 +365,7 @@ def parse_squeue_state(output, job_id, dialect="slurm"):
     lines = [line for line in (output or "").splitlines() if line.strip()]
     if dialect != "spur":
         for line in lines:
-            jid, _, state = line.strip().partition("|")
+            jid, _sep, state = line.strip().partition("|")
             if jid.strip() == job_id:
                 return _long_state(state)
         return None
@@ -682,7 +698,7 @@ def parse_gpu_ids(output, hosts, expand=None):
     out = {host: [] for host in hosts}
     seen = set()
     for line in per_node:
-        nodes, _, ids_text = line.partition(":")
+        nodes, _sep, ids_text = line.partition(":")
         nodes = nodes.strip()
         if not nodes:
             raise SlurmSpecError(f"gpu_ids_command: no node name before ':' in {line!r}")
