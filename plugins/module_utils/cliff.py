@@ -88,6 +88,10 @@ BASE_PROFILE = {
     "model": None,
     "gpu_memory_utilization": None,
     "l1_size_gb": None,
+    # The arms' vLLM containers run without their Docker healthcheck (aic_vllm_healthcheck_interval; None = the
+    # plan's own value): its 1-token completion every few seconds lands in the very prefix-cache counters the
+    # ladder measures, and keeps them from ever settling, so every drain wait ran to its bound.
+    "vllm_healthcheck_interval": 0,
     "slurm_time": "",
 }
 
@@ -140,6 +144,7 @@ ARMS = {
 DEFAULT_SHM_SIZE_GB = 2
 
 _INT_KEYS = {"iterations": 1, "isl": 2, "prefix_tokens": 1, "max_tokens": 1, "warmup_iters": 0, "seed": 0}
+_OPTIONAL_INT_KEYS = {"vllm_healthcheck_interval": 0}
 _FLOAT_KEYS = {
     "drain_bound_s": 0.0,
     "drain_settle_s": 0.0,
@@ -249,6 +254,8 @@ def _validate_value(key, value):
         )
     if key in _INT_KEYS:
         return _int(key, value, _INT_KEYS[key])
+    if key in _OPTIONAL_INT_KEYS:
+        return None if is_default(value) else _int(key, value, _OPTIONAL_INT_KEYS[key])
     if key in _FLOAT_KEYS:
         return _float(key, value, _FLOAT_KEYS[key])
     if key in _OPTIONAL_FLOAT_KEYS:
@@ -329,7 +336,7 @@ def resolve_profile(name, overrides=None, user_profiles=None):
 def arm_plan_overrides(profile, arm, current=None):
     """Plan variables (``aic_*``) the caller applies for ``arm`` under ``profile``.
 
-    The arm's own overrides, plus the profile's model / GPU memory utilisation, plus its L1 size for arms that
+    The arm's own overrides, plus the profile's model / GPU memory utilisation / vLLM healthcheck interval, plus its L1 size for arms that
     use LMCache. Keys the profile leaves at None are omitted (the plan keeps its value). The plan requires
     ``aic_lmcache_shm_size_gb >= aic_lmcache_l1_size_gb`` (a smaller /dev/shm silently falls back to pickle), so
     when the L1 size is set and the shm size in ``current`` (the inventory's plan inputs; the plan default 2 when
@@ -342,6 +349,8 @@ def arm_plan_overrides(profile, arm, current=None):
         overrides["aic_vllm_model"] = profile["model"]
     if profile.get("gpu_memory_utilization") is not None:
         overrides["aic_vllm_gpu_memory_utilization"] = profile["gpu_memory_utilization"]
+    if profile.get("vllm_healthcheck_interval") is not None:
+        overrides["aic_vllm_healthcheck_interval"] = profile["vllm_healthcheck_interval"]
     if spec["lmcache"] and profile.get("l1_size_gb") is not None:
         l1 = profile["l1_size_gb"]
         overrides["aic_lmcache_l1_size_gb"] = l1

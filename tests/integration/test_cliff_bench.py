@@ -71,6 +71,19 @@ def test_csv_has_one_row_per_arm_concurrency_and_iteration_with_hit_rates(result
     assert any(int(float(r["lmcache_requested_tokens"])) > 0 for r in rows if r["arm"] == "dram")
 
 
+def test_every_drain_settles_and_every_burst_counts_only_its_own_prompts(results):
+    """The arms run without the vLLM container healthcheck (profile key vllm_healthcheck_interval): its 1-token
+    completion every 3 s kept the prefix-cache counters moving, so every drain wait ran to its bound (60 s a
+    concurrency level, six of the fixture's seven minutes) and a probe could land inside a measured burst."""
+    with open(results / "cliff-results.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    isl = json.loads((results / "cliff-results.json").read_text())["profile"]["isl"]
+    for r in rows:
+        assert r["drained"] == "True", r
+        assert float(r["drain_wait_s"]) < 60.0, r
+        assert int(float(r["l1_cache_queries"])) == int(r["concurrency"]) * isl, r
+
+
 def test_json_and_html_report(results):
     doc = json.loads((results / "cliff-results.json").read_text())
     assert sorted(doc["cliffs"]) == sorted(ARMS)

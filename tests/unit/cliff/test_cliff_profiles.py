@@ -146,6 +146,8 @@ def test_arm_plan_overrides():
         "aic_lmcache_l1_size_gb": 8.0,
         # The plan default /dev/shm (2 GiB) is smaller than the 8 GB L1: raised, else the plan refuses it.
         "aic_lmcache_shm_size_gb": 8,
+        # No Docker healthcheck in the arms: its completions would land in the counters the ladder measures.
+        "aic_vllm_healthcheck_interval": 0,
     }
     # SPUR's inventory already has 64 GiB of shm: left alone; an empty value means the default (2).
     assert "aic_lmcache_shm_size_gb" not in cliff.arm_plan_overrides(p, "nvme", {"aic_lmcache_shm_size_gb": 64})
@@ -153,7 +155,17 @@ def test_arm_plan_overrides():
     # vram runs without LMCache: no L1 size.
     assert "aic_lmcache_l1_size_gb" not in cliff.arm_plan_overrides(p, "vram")
     assert cliff.arm_uses_lmcache("vram") is False
-    assert cliff.arm_plan_overrides(cliff.resolve_profile("cliff_kvd"), "dram") == {"aic_lmcache_l2_backend": "none"}
+    assert cliff.arm_plan_overrides(cliff.resolve_profile("cliff_kvd"), "dram") == {
+        "aic_lmcache_l2_backend": "none",
+        "aic_vllm_healthcheck_interval": 0,
+    }
+
+
+def test_an_operator_keeps_the_arms_healthcheck_by_setting_its_interval():
+    p = cliff.resolve_profile("cliff_kvd", {"vllm_healthcheck_interval": "5"})
+    assert cliff.arm_plan_overrides(p, "vram")["aic_vllm_healthcheck_interval"] == 5
+    with pytest.raises(cliff.CliffConfigError, match="vllm_healthcheck_interval"):
+        cliff.resolve_profile("cliff_kvd", {"vllm_healthcheck_interval": -1})
 
 
 @pytest.mark.parametrize("arm", list(cliff.ARMS))
@@ -163,6 +175,7 @@ def test_arm_overrides_are_real_plan_variables(arm):
     # ... and the plan accepts them (rocm flavour needs a model).
     plan, _dummy = build_plan({"aic_flavour": "rocm", "aic_gpus": [0], **overrides})
     assert plan["lmcache"]["l2_backend"] == overrides["aic_lmcache_l2_backend"]
+    assert plan["vllm"]["healthcheck"]["interval"] == 0
 
 
 def test_shm_default_matches_the_plan():
