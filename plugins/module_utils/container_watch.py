@@ -4,20 +4,13 @@
 cannot come up by waiting, so the wait stops at once with the container's exit code and last log lines instead of
 running into its timeout (a bad image fails the canary in seconds, not minutes).
 
-The Docker Engine is asked through the Docker SDK for Python (``docker``), the library community.docker's modules
-need on the node as well.
+The Docker Engine is asked through the collection's own client (module_utils/docker_api): nothing on the node but
+Python.
 """
 
 from __future__ import annotations
 
-try:
-    import docker
-
-    HAS_DOCKER = True
-    DOCKER_IMPORT_ERROR = None
-except ImportError as exc:  # pragma: no cover - depends on the node
-    HAS_DOCKER = False
-    DOCKER_IMPORT_ERROR = exc
+from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI, DockerAPIError
 
 LOG_LINES = 15
 
@@ -64,20 +57,25 @@ def tail(text, lines=LOG_LINES):
 class ContainerWatch:
     """``check()`` returns None while container ``name`` may still come up, else the reason (with its logs)."""
 
-    def __init__(self, name, client=None, base_url=None):
+    def __init__(self, name, api=None, docker_host=None):
         self.name = name
-        self.client = client or docker.APIClient(base_url=base_url or None, version="auto")
-        self.restarts_at_start = int(self.client.inspect_container(name).get("RestartCount") or 0)
+        self.api = api or DockerAPI(docker_host or None)
+        self.restarts_at_start = int(self._inspect().get("RestartCount") or 0)
+
+    def _inspect(self):
+        attrs = self.api.inspect("containers", self.name)
+        if attrs is None:
+            raise DockerAPIError(404, f"no such container: {self.name}")
+        return attrs
 
     def check(self):
-        attrs = self.client.inspect_container(self.name)
+        attrs = self._inspect()
         reason = why_down(attrs, self.restarts_at_start)
         if reason is None:
             return None
-        logs = self.client.logs(self.name, stdout=True, stderr=True, tail=LOG_LINES * 4)
-        logs = tail(logs.decode(errors="replace") if isinstance(logs, bytes) else logs)
+        logs = tail(self.api.container_logs(self.name, tail=LOG_LINES * 4))
         return f"{reason}; its last log lines: {logs}" if logs else reason
 
     def health(self):
         """The container healthcheck's verdict (describe_health), or None without one."""
-        return describe_health(self.client.inspect_container(self.name))
+        return describe_health(self._inspect())

@@ -19,7 +19,7 @@ description:
 author:
   - aic.stack developers (!UNKNOWN)
 requirements:
-  - docker (Python SDK) and the C(zstd) command on the build host
+  - The C(zstd) command on the build host; Python talks to the engine itself (no Docker CLI, no Docker SDK)
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return changed status prediction without modifying target.
@@ -53,7 +53,9 @@ options:
     type: bool
     default: false
   docker_host:
-    description: Docker daemon URL (default from the environment, C(unix:///var/run/docker.sock)).
+    description:
+      - The Docker engine to talk to, V(unix:///path/to/docker.sock) or V(tcp://host:port) (plain HTTP).
+      - Empty means the environment's E(DOCKER_HOST), else V(unix:///var/run/docker.sock).
     type: str
 """
 
@@ -92,19 +94,14 @@ paths:
   type: dict
 """
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.aic.stack.plugins.module_utils import artifact
+from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI, DockerAPIError
 
-try:
-    import docker
-    from docker.errors import DockerException, ImageNotFound
-
-    HAS_DOCKER = True
-    DOCKER_IMPORT_ERROR = None
-except ImportError as exc:  # pragma: no cover - exercised only without the SDK
-    HAS_DOCKER = False
-    DOCKER_IMPORT_ERROR = exc
+# Seconds one read of the engine's answer may wait: an engine starts sending a large image's tarball only once it has
+# assembled its first layer.
+SAVE_TIMEOUT = 3600
 
 
 def main():
@@ -120,20 +117,18 @@ def main():
         },
         supports_check_mode=True,
     )
-    if not HAS_DOCKER:
-        module.fail_json(msg=missing_required_lib("docker"), exception=str(DOCKER_IMPORT_ERROR))
     params = module.params
     image_ref = params["image"]
     files = artifact.paths(params["dest"], image_ref)
     try:
-        client = docker.DockerClient(base_url=params["docker_host"]) if params["docker_host"] else docker.from_env()
-        image = client.images.get(image_ref)
-    except ImageNotFound:
-        module.fail_json(msg=f"image {image_ref} not found on the build host; nothing was saved", paths=files)
-    except DockerException as exc:
+        api = DockerAPI(params["docker_host"], timeout=SAVE_TIMEOUT)
+        image = api.inspect("images", image_ref)
+    except (DockerAPIError, ValueError) as exc:
         module.fail_json(msg=f"cannot reach the Docker engine: {exc}", paths=files)
+    if image is None:
+        module.fail_json(msg=f"image {image_ref} not found on the build host; nothing was saved", paths=files)
 
-    if artifact.is_current(files, image.id, verify=params["verify"]):
+    if artifact.is_current(files, image["Id"], verify=params["verify"]):
         manifest = artifact.read_manifest(files["manifest"])
         current = artifact.read_manifest(files["current"])
         if current != manifest and not module.check_mode:
@@ -152,22 +147,22 @@ def main():
     manifest = dict(params["manifest"])
     manifest.update(
         image=image_ref,
-        image_id=image.id,
-        image_bytes=image.attrs.get("Size"),
-        created=image.attrs.get("Created"),
-        labels=image.labels,
+        image_id=image["Id"],
+        image_bytes=image.get("Size"),
+        created=image.get("Created"),
+        labels=(image.get("Config") or {}).get("Labels") or {},
     )
     if module.check_mode:
         module.exit_json(changed=True, tarball=files["tarball"], sha256=None, manifest=manifest, paths=files)
     try:
         result = artifact.save(
-            image.save(chunk_size=artifact.CHUNK, named=True),
+            api.save_image(image_ref, chunk_size=artifact.CHUNK),
             files,
             manifest,
             level=params["level"],
             threads=params["threads"],
         )
-    except (artifact.ArtifactError, DockerException, OSError) as exc:
+    except (artifact.ArtifactError, DockerAPIError, OSError) as exc:
         module.fail_json(msg=f"saving {image_ref} failed, previous artifact left untouched: {exc}", paths=files)
     module.exit_json(changed=True, tarball=files["tarball"], sha256=result["sha256"], manifest=result, paths=files)
 

@@ -21,7 +21,7 @@ description:
 author:
   - aic.stack developers (!UNKNOWN)
 requirements:
-  - docker (Python SDK) and the C(zstd) command on the node
+  - The C(zstd) command on the node; Python talks to the engine itself (no Docker CLI, no Docker SDK)
 attributes:
   check_mode:
     description: Can run in C(check_mode) and return changed status prediction without modifying target.
@@ -47,10 +47,12 @@ options:
     type: bool
     default: false
   docker_host:
-    description: Docker daemon URL (default from the environment, C(unix:///var/run/docker.sock)).
+    description:
+      - The Docker engine to talk to, V(unix:///path/to/docker.sock) or V(tcp://host:port) (plain HTTP).
+      - Empty means the environment's E(DOCKER_HOST), else V(unix:///var/run/docker.sock).
     type: str
   timeout:
-    description: Seconds for the Docker API calls.
+    description: Seconds each request to the engine may wait (the load of a large image is one request).
     type: int
     default: 3600
 """
@@ -86,13 +88,7 @@ import time  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-try:
-    import docker
-    from docker.errors import DockerException, ImageNotFound
-
-    HAS_DOCKER = True
-except ImportError:  # pragma: no cover - reported by the module
-    HAS_DOCKER = False
+from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI, DockerAPIError, path  # noqa: E402
 
 CHUNK = 4 * 1024 * 1024
 
@@ -118,15 +114,11 @@ def feed_verified(path, sha256, sink, state):
     sink.write(held)
 
 
-def has_image(client, image_id):
-    try:
-        client.images.get(image_id)
-        return True
-    except ImageNotFound:
-        return False
+def has_image(api, image_id):
+    return api.exists(path("/images/{}/json", image_id))
 
 
-def load(module, client, p):
+def load(module, api, p):
     state = {"bytes": 0, "digest": None, "error": None}
     zstd = subprocess.Popen(["zstd", "-dcq"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
@@ -157,10 +149,10 @@ def load(module, client, p):
             raise Mismatch(state["error"] or f"zstd exited {zstd.returncode}")
 
     try:
-        client.api.load_image(body(), quiet=True)
+        api.load_image(body())
     except Mismatch:
         pass
-    except DockerException as exc:
+    except DockerAPIError as exc:
         if not state["error"]:
             state["error"] = f"docker load failed: {exc}"
     thread.join()
@@ -190,16 +182,11 @@ def main():
         },
         supports_check_mode=True,
     )
-    if not HAS_DOCKER:
-        module.fail_json(msg="the docker Python SDK is required on the node")
     p = module.params
-    kwargs = {"timeout": p["timeout"]}
-    if p["docker_host"]:
-        kwargs["base_url"] = p["docker_host"]
     try:
-        client = docker.from_env(**kwargs) if not p["docker_host"] else docker.DockerClient(**kwargs)
-        present = has_image(client, p["image_id"])
-    except DockerException as exc:
+        api = DockerAPI(p["docker_host"], timeout=p["timeout"])
+        present = has_image(api, p["image_id"])
+    except (DockerAPIError, ValueError) as exc:
         module.fail_json(msg=f"cannot reach the Docker engine: {exc}")
     if present:
         module.exit_json(changed=False, loaded=False, seconds=0.0, bytes_read=0)
@@ -208,8 +195,8 @@ def main():
     if not os.path.isfile(p["path"]):
         module.fail_json(msg="{} does not exist on this node".format(p["path"]), loaded=False)
     start = time.time()
-    state = load(module, client, p)
-    if not has_image(client, p["image_id"]):
+    state = load(module, api, p)
+    if not has_image(api, p["image_id"]):
         module.fail_json(msg="{} loaded, but the engine has no image {}".format(p["path"], p["image_id"]), loaded=False)
     if p["remove"]:
         os.unlink(p["path"])

@@ -23,7 +23,6 @@ author:
   - aic.stack developers (!UNKNOWN)
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
-  - docker (the Docker SDK for Python on the managed node, only with O(container))
 extends_documentation_fragment:
   - aic.stack.health
 options:
@@ -156,11 +155,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
-from ansible_collections.aic.stack.plugins.module_utils.container_watch import (
-    DOCKER_IMPORT_ERROR,
-    HAS_DOCKER,
-    ContainerWatch,
-)
+from ansible_collections.aic.stack.plugins.module_utils.container_watch import ContainerWatch
 from ansible_collections.aic.stack.plugins.module_utils.health_check import Check, run
 from ansible_collections.aic.stack.plugins.module_utils.http import excerpt
 from ansible_collections.aic.stack.plugins.module_utils.metrics import (
@@ -236,15 +231,12 @@ def main():
     if not HAS_PROMETHEUS_CLIENT:
         module.fail_json(msg=missing_required_lib("prometheus_client"), exception=PROMETHEUS_CLIENT_IMPORT_ERROR)
 
-    if module.params["container"] and not HAS_DOCKER:
-        module.fail_json(msg=missing_required_lib("docker (the Docker SDK for Python)"), exception=DOCKER_IMPORT_ERROR)
-
     start = time.monotonic()
     result = {"changed": False, "url": module.params["url"], "model": module.params["model"]}
     watch = None
     if module.params["container"]:
         try:
-            watch = ContainerWatch(module.params["container"], base_url=module.params["docker_host"] or None)
+            watch = ContainerWatch(module.params["container"], docker_host=module.params["docker_host"] or None)
         except Exception as exc:  # noqa: BLE001 - any Engine error is the message
             module.fail_json(
                 msg=f"{COMPONENT}: cannot inspect its container {module.params['container']!r}: {exc}", **result

@@ -674,6 +674,8 @@ def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
     assert sorted((r["arm"], int(r["concurrency"])) for r in rows) == [("nvme", 1), ("nvme", 2)], rows
     assert all(int(r["err_count"]) == 0 for r in rows), rows
     assert all(int(float(r["lmcache_requested_tokens"])) > 0 for r in rows), rows  # the arm went through LMCache
+    # The arm's vLLM has no container healthcheck (its probes would move the counters): every drain wait settled.
+    assert all(r["drained"] == "True" for r in rows), rows
     doc = json.loads((results / "cliff-results.json").read_text())
     assert doc["profile"]["concurrency"] == [1, 2] and doc["profile"]["arms"] == ["nvme"], doc["profile"]
     for name in ("cliff-throughput.png", "cliff-latency.png", "cliff-report.html"):
@@ -686,6 +688,7 @@ def test_the_cliff_benchmark_runs_as_a_job_on_a_node_of_the_cluster(cluster):
     # and its LMCache has the nvme arm's L2 (NIXL POSIX); node1 still runs the deployment.
     cmd = json.loads(inspect("node3", "aic-vllm", "{{json .Config.Cmd}}"))
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.4", cmd
+    assert json.loads(inspect("node3", "aic-vllm", "{{json .Config.Healthcheck.Test}}")) == ["NONE"]
     assert "nixl_store" in inspect("node3", "aic-lmcache", "{{json .Config.Cmd}}")
     cmd = json.loads(inspect("node1", "aic-vllm", "{{json .Config.Cmd}}"))
     assert cmd[cmd.index("--gpu-memory-utilization") + 1] == "0.9", cmd

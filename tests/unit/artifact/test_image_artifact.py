@@ -65,6 +65,12 @@ def test_save_writes_tarball_checksum_manifest_and_pointer(run_module, tiny_imag
         f"zstd -dc {files['tarball']} | tar -t", shell=True, check=True, capture_output=True, text=True
     )
     assert "manifest.json" in listing.stdout.split()
+    # ... saved by name: a docker load on a node tags it as the build did.
+    archive = subprocess.run(["zstd", "-dc", files["tarball"]], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        saved = json.load(tar.extractfile("manifest.json"))
+    assert [entry["RepoTags"] for entry in saved] == [[IMAGE]]
+    assert manifest["labels"] == {}
 
 
 def test_second_run_changes_nothing(run_module, tiny_image, tmp_path):

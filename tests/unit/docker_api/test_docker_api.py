@@ -108,3 +108,57 @@ def test_a_call_over_a_unix_socket_leaves_the_process_urllib_alone(unix_http_ser
     with urllib.request.urlopen(http_server.url + "/elsewhere", timeout=5) as response:
         assert response.read() == b"here"
     assert unix_http_server.calls("/elsewhere") == []
+
+
+def frame(stream, payload):
+    """One frame of the engine's multiplexed stream (stdout 1, stderr 2)."""
+    return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+
+def test_demultiplex_takes_the_frames_apart_and_leaves_a_raw_stream_as_it_is():
+    assert docker_api.demultiplex(frame(1, b"out 1\n") + frame(2, b"err 1\n") + frame(1, b"out 2\n")) == (
+        b"out 1\nerr 1\nout 2\n"
+    )
+    assert docker_api.demultiplex(b"a TTY container's log\n") == b"a TTY container's log\n"
+    assert docker_api.demultiplex(b"") == b""
+
+
+def test_container_logs_asks_for_the_tail_of_both_streams(unix_http_server):
+    unix_http_server.route("/containers/aic-vllm/logs", body=frame(1, b"starting\n") + frame(2, b"Traceback\n"))
+    assert DockerAPI(unix_http_server.docker_host).container_logs("aic-vllm", tail=7) == "starting\nTraceback\n"
+    (req,) = unix_http_server.calls("/containers/aic-vllm/logs")
+    assert sorted(req.query.split("&")) == ["stderr=1", "stdout=1", "tail=7"]
+
+
+def test_inspect_is_none_for_an_unknown_name(unix_http_server):
+    unix_http_server.json_route("/containers/web/json", {"Id": "abc", "RestartCount": 2})
+    api = DockerAPI(unix_http_server.docker_host)
+    assert api.inspect("containers", "web") == {"Id": "abc", "RestartCount": 2}
+    assert api.inspect("containers", "gone") is None
+
+
+def test_load_image_fails_with_the_error_the_engine_streams_under_status_200(unix_http_server):
+    answer = '{"stream":"Loading layer"}\n{"errorDetail":{"message":"unexpected EOF"},"error":"unexpected EOF"}\n'
+    unix_http_server.route("/images/load", body=answer, content_type="application/json", method="POST")
+    with pytest.raises(DockerAPIError) as err:
+        DockerAPI(unix_http_server.docker_host).load_image(b"not a tarball")
+    assert (err.value.status, err.value.message) == (200, "unexpected EOF")
+    (req,) = unix_http_server.calls("/images/load", "POST")
+    assert req.query == "quiet=1" and req.headers["Content-Type"] == "application/x-tar"
+
+
+def test_load_image_returns_the_engines_answer(unix_http_server):
+    answer = '{"stream":"Loaded image ID: sha256:abc\\n"}\n'
+    unix_http_server.route("/images/load", body=answer, content_type="application/json", method="POST")
+    assert "Loaded image ID" in DockerAPI(unix_http_server.docker_host).load_image(b"tar")
+
+
+def test_save_image_streams_the_named_tarball_and_a_missing_image_raises(unix_http_server):
+    unix_http_server.route("/images/get", body=b"x" * 10_000, content_type="application/x-tar")
+    chunks = list(DockerAPI(unix_http_server.docker_host).save_image("img:1", chunk_size=4096))
+    assert [len(c) for c in chunks] == [4096, 4096, 1808]
+    (req,) = unix_http_server.calls("/images/get")
+    assert req.query == "names=img%3A1"
+    unix_http_server.json_route("/images/get", {"message": "reference does not exist"}, status=404)
+    with pytest.raises(DockerAPIError, match="reference does not exist"):
+        list(DockerAPI(unix_http_server.docker_host).save_image("img:2"))

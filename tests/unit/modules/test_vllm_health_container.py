@@ -147,7 +147,7 @@ def test_an_unknown_container_is_named(closed_port, run_module):
 
 def test_the_watch_sees_a_container_that_is_killed_while_it_waits(client, container):
     c = container(["sleep", "60"])
-    watch = ContainerWatch(c.name, client=client.api)
+    watch = ContainerWatch(c.name)
     assert watch.check() is None
     c.kill()
     c.wait(timeout=10)
