@@ -3,7 +3,7 @@
 # Apache-2.0
 """Run the KV-cache cliff ladder for ONE arm against an already deployed vLLM (+ LMCache) and append the results.
 
-The arm's deployment (plan overrides from ``cliff.arm_plan_overrides``) is the caller's job; this only measures.
+The arm's deployment (plan overrides from ``cliff_profiles.arm_plan_overrides``) is the caller's job; this only measures.
 Each call appends rows to ``<results-dir>/cliff-results.csv`` and rebuilds the JSON, PNGs and HTML from every
 row there, so running it once per arm into the same directory gives one comparative report.
 
@@ -26,7 +26,10 @@ _COLLECTIONS = os.path.join(_REPO, ".collections")
 if os.path.isdir(_COLLECTIONS) and _COLLECTIONS not in sys.path:
     sys.path.insert(0, _COLLECTIONS)
 
-from ansible_collections.aic.stack.plugins.module_utils import cliff  # noqa: E402
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import profiles as cliff_profiles  # noqa: E402
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import prompts as cliff_prompts  # noqa: E402
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import results as cliff_results  # noqa: E402
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import runner as cliff_runner  # noqa: E402
 
 
 def parse_sets(pairs):
@@ -34,7 +37,7 @@ def parse_sets(pairs):
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise cliff.CliffConfigError(f"--set {pair!r}: expected key=value")
+            raise cliff_profiles.CliffConfigError(f"--set {pair!r}: expected key=value")
         overrides[key.strip()] = value
     return overrides
 
@@ -52,7 +55,9 @@ def main(argv=None):
     ap.add_argument("--profile", default="cliff_kvd", help="built-in or --profiles-file profile name")
     ap.add_argument("--profiles-file", help="JSON file {name: {key: value}} of user profiles (merged over built-ins)")
     ap.add_argument("--set", action="append", metavar="KEY=VALUE", help="profile override; repeatable")
-    ap.add_argument("--arm", default=os.environ.get("AIC_CLIFF_ARM", ""), help=f"one of {', '.join(cliff.ARMS)}")
+    ap.add_argument(
+        "--arm", default=os.environ.get("AIC_CLIFF_ARM", ""), help=f"one of {', '.join(cliff_profiles.ARMS)}"
+    )
     ap.add_argument("--vllm-url", default="http://127.0.0.1:8000")
     ap.add_argument("--lmcache-url", default="http://127.0.0.1:8080", help="LMCache HTTP port (serves /metrics)")
     ap.add_argument("--model", default="", help="served model name (default: the first of GET /v1/models)")
@@ -65,11 +70,11 @@ def main(argv=None):
         if args.profiles_file:
             with open(args.profiles_file, encoding="utf-8") as fh:
                 user_profiles = json.load(fh)
-        profile = cliff.resolve_profile(args.profile, parse_sets(args.set), user_profiles)
-        arms = cliff.parse_arms(args.arm, key="--arm") if args.arm.strip() else profile["arms"]
+        profile = cliff_profiles.resolve_profile(args.profile, parse_sets(args.set), user_profiles)
+        arms = cliff_profiles.parse_arms(args.arm, key="--arm") if args.arm.strip() else profile["arms"]
         if len(arms) != 1 and not args.dry_run:
-            raise cliff.CliffConfigError("--arm: name exactly one arm; the caller deploys each arm in turn")
-    except (cliff.CliffConfigError, OSError, ValueError) as exc:
+            raise cliff_profiles.CliffConfigError("--arm: name exactly one arm; the caller deploys each arm in turn")
+    except (cliff_profiles.CliffConfigError, OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
@@ -77,7 +82,10 @@ def main(argv=None):
         doc = {
             "profile": profile,
             "arms": {
-                arm: {"lmcache": cliff.arm_uses_lmcache(arm), "plan_overrides": cliff.arm_plan_overrides(profile, arm)}
+                arm: {
+                    "lmcache": cliff_profiles.arm_uses_lmcache(arm),
+                    "plan_overrides": cliff_profiles.arm_plan_overrides(profile, arm),
+                }
                 for arm in arms
             },
         }
@@ -86,11 +94,11 @@ def main(argv=None):
 
     arm = arms[0]
     model = args.model or served_model(args.vllm_url)
-    encode = cliff.vllm_tokenizer(args.vllm_url, model)
-    rows = cliff.run_arm(profile, arm, args.vllm_url, model, encode, lmcache_url=args.lmcache_url)
+    encode = cliff_prompts.vllm_tokenizer(args.vllm_url, model)
+    rows = cliff_runner.run_arm(profile, arm, args.vllm_url, model, encode, lmcache_url=args.lmcache_url)
     os.makedirs(args.results_dir, exist_ok=True)
-    cliff.append_csv(os.path.join(args.results_dir, cliff.CSV_NAME), rows)
-    paths = cliff.write_report(args.results_dir, profile=profile)
+    cliff_results.append_csv(os.path.join(args.results_dir, cliff_results.CSV_NAME), rows)
+    paths = cliff_results.write_report(args.results_dir, profile=profile)
     with open(paths["json"], encoding="utf-8") as fh:
         cliffs = json.load(fh)["cliffs"]
     print(json.dumps({"arm": arm, "cliff": cliffs.get(arm), "files": paths}, indent=2))

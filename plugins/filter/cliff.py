@@ -4,32 +4,32 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.aic.stack.plugins.module_utils import cliff
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import profiles
 
 
 def cliff_overrides(site, operator=None):
     """The run's profile overrides: ``site`` (the inventory's) with ``operator``'s over them; an empty operator value
     keeps the default."""
     try:
-        return cliff.merge_overrides(site, operator)
-    except cliff.CliffConfigError as exc:
+        return profiles.merge_overrides(site, operator)
+    except profiles.CliffConfigError as exc:
         raise AnsibleFilterError(f"cliff_bench: {exc}") from exc
 
 
 def cliff_profile(name, overrides=None, user_profiles=None):
     """The resolved profile ``name`` (built-in or user-defined); empty override values keep the default."""
     try:
-        return cliff.resolve_profile(name, overrides or {}, user_profiles or {})
-    except cliff.CliffConfigError as exc:
+        return profiles.resolve_profile(name, overrides or {}, user_profiles or {})
+    except profiles.CliffConfigError as exc:
         raise AnsibleFilterError(f"cliff_bench: {exc}") from exc
 
 
 def cliff_arm_overrides(profile, arm, current=None):
     """aic_* plan overrides that deploy ``arm`` of ``profile`` (aic_vllm_lmcache false for vLLM-only arms)."""
     try:
-        overrides = cliff.arm_plan_overrides(profile, arm, current or {})
-        overrides["aic_vllm_lmcache"] = cliff.arm_uses_lmcache(arm)
-    except cliff.CliffConfigError as exc:
+        overrides = profiles.arm_plan_overrides(profile, arm, current or {})
+        overrides["aic_vllm_lmcache"] = profiles.arm_uses_lmcache(arm)
+    except profiles.CliffConfigError as exc:
         raise AnsibleFilterError(f"cliff_bench: {exc}") from exc
     return overrides
 
@@ -39,7 +39,7 @@ def cliff_cli_sets(overrides):
     left out (they mean "the default")."""
     out = []
     for key, value in (overrides or {}).items():
-        if cliff.is_default(value):
+        if profiles.is_default(value):
             continue
         if isinstance(value, (list, tuple)):
             value = ",".join(str(v) for v in value)

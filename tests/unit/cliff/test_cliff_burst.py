@@ -8,7 +8,11 @@ import os
 
 import pytest
 
-from ansible_collections.aic.stack.plugins.module_utils import cliff
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import burst as cliff_burst
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import profiles
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import prompts as cliff_prompts
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import results as cliff_results
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import runner as cliff_runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -24,7 +28,7 @@ def load_bench_cli():
 def test_burst_reaches_concurrency(fake_vllm, concurrency):
     fake_vllm.delay = 0.3
     prompts = [f"client {i} hello there" for i in range(concurrency)]
-    result = cliff.run_burst(fake_vllm.url, "fake-model", prompts, concurrency, timeout=10)
+    result = cliff_burst.run_burst(fake_vllm.url, "fake-model", prompts, concurrency, timeout=10)
     # Measured on the server side: all c requests were in flight together.
     assert fake_vllm.max_in_flight == concurrency
     assert result.max_in_flight == concurrency
@@ -46,7 +50,7 @@ def test_burst_reaches_concurrency(fake_vllm, concurrency):
 
 def test_more_prompts_than_concurrency_is_closed_loop(fake_vllm):
     fake_vllm.delay = 0.1
-    result = cliff.run_burst(fake_vllm.url, "fake-model", [f"p {i}" for i in range(12)], 4, timeout=10)
+    result = cliff_burst.run_burst(fake_vllm.url, "fake-model", [f"p {i}" for i in range(12)], 4, timeout=10)
     assert fake_vllm.max_in_flight == 4
     assert result.summary["ok_count"] == 12
     assert result.wall_s >= 0.3  # three waves of four
@@ -55,26 +59,26 @@ def test_more_prompts_than_concurrency_is_closed_loop(fake_vllm):
 def test_errors_are_counted_not_raised(fake_vllm, closed_port):
     fake_vllm.delay = 0.05
     fake_vllm.fail_every = 2
-    result = cliff.run_burst(fake_vllm.url, "fake-model", [f"p {i}" for i in range(4)], 4, timeout=10)
+    result = cliff_burst.run_burst(fake_vllm.url, "fake-model", [f"p {i}" for i in range(4)], 4, timeout=10)
     s = result.summary
     assert (s["ok_count"], s["err_count"]) == (2, 2)
     assert list(s["errors"]) == ['HTTP 503: {"detail": "overloaded"}']
-    refused = cliff.run_burst(f"http://127.0.0.1:{closed_port}", "m", ["a", "b"], 2, timeout=5)
+    refused = cliff_burst.run_burst(f"http://127.0.0.1:{closed_port}", "m", ["a", "b"], 2, timeout=5)
     assert refused.summary["err_count"] == 2
     assert refused.summary["p95_latency_s"] is None
     assert all(r.status is None and "ConnectionError" in r.error for r in refused.records)
 
 
 def test_bad_concurrency():
-    with pytest.raises(cliff.CliffConfigError, match="concurrency"):
-        cliff.run_burst("http://127.0.0.1:1", "m", ["a"], 0)
+    with pytest.raises(profiles.CliffConfigError, match="concurrency"):
+        cliff_burst.run_burst("http://127.0.0.1:1", "m", ["a"], 0)
 
 
 def test_percentile():
-    assert cliff.percentile([], 50) is None
-    assert cliff.percentile([3.0], 95) == 3.0
-    assert cliff.percentile([1, 2, 3, 4], 50) == 2.5
-    assert cliff.percentile(range(1, 101), 95) == pytest.approx(95.05)
+    assert cliff_burst.percentile([], 50) is None
+    assert cliff_burst.percentile([3.0], 95) == 3.0
+    assert cliff_burst.percentile([1, 2, 3, 4], 50) == 2.5
+    assert cliff_burst.percentile(range(1, 101), 95) == pytest.approx(95.05)
 
 
 def tiny_profile(**extra):
@@ -92,7 +96,7 @@ def tiny_profile(**extra):
         "request_timeout_s": 10,
     }
     overrides.update(extra)
-    return cliff.resolve_profile("cliff_kvd", overrides)
+    return profiles.resolve_profile("cliff_kvd", overrides)
 
 
 def test_run_arm_against_fake_vllm(fake_vllm, http_server, test_tokenizer):
@@ -100,7 +104,7 @@ def test_run_arm_against_fake_vllm(fake_vllm, http_server, test_tokenizer):
     http_server.route("/metrics", body="")  # a fresh LMCache: no lookup counters yet
     profile = tiny_profile()
     logs = []
-    rows = cliff.run_arm(
+    rows = cliff_runner.run_arm(
         profile, "dram", fake_vllm.url, "fake-model", test_tokenizer, lmcache_url=http_server.url, log=logs.append
     )
     assert [(r["arm"], r["concurrency"], r["iter"]) for r in rows] == [
@@ -121,7 +125,7 @@ def test_run_arm_against_fake_vllm(fake_vllm, http_server, test_tokenizer):
     assert len(fake_vllm.completions) == 5 + 10
     assert fake_vllm.max_in_flight == 4
     # Shared mode: every prompt starts with the same prefix.
-    prefixes = {b["prompt"].split(cliff.QUESTION)[0] for b in fake_vllm.completions}
+    prefixes = {b["prompt"].split(cliff_prompts.QUESTION)[0] for b in fake_vllm.completions}
     assert len(prefixes) == 1
     assert any("drain: settled" in line for line in logs)
 
@@ -165,8 +169,8 @@ def test_cli_runs_one_arm_and_appends(fake_vllm, tmp_path, capsys):
     assert cli.main([*common, "--arm", "nvme", "--lmcache-url", fake_vllm.url]) == 0
     out = capsys.readouterr().out
     assert '"arm": "nvme"' in out
-    rows = cliff.read_csv(results / cliff.CSV_NAME)
+    rows = cliff_results.read_csv(results / cliff_results.CSV_NAME)
     assert [(r["arm"], r["concurrency"]) for r in rows] == [("vram", 1), ("vram", 2), ("nvme", 1), ("nvme", 2)]
-    doc = json.loads((results / cliff.JSON_NAME).read_text())
+    doc = json.loads((results / cliff_results.JSON_NAME).read_text())
     assert set(doc["arms"]) == {"vram", "nvme"}
-    assert (results / cliff.HTML_NAME).exists()
+    assert (results / cliff_results.HTML_NAME).exists()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ansible_collections.aic.stack.plugins.module_utils import cliff
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import drain
 
 
 class FakeClock:
@@ -31,7 +31,7 @@ def counters_moving_until(clock, until_s, start=1000.0):
 
 def test_stops_early_once_counters_settle():
     fc = FakeClock()
-    result = cliff.wait_drained(
+    result = drain.wait_drained(
         counters_moving_until(fc, 20), interval=2, settle=10, bound=300, clock=fc.clock, sleep=fc.sleep
     )
     drained, waited, samples = result  # a plain tuple too
@@ -45,7 +45,7 @@ def test_stops_early_once_counters_settle():
 
 def test_capped_at_the_bound_when_counters_keep_moving():
     fc = FakeClock()
-    result = cliff.wait_drained(
+    result = drain.wait_drained(
         counters_moving_until(fc, 10_000), interval=7, settle=10, bound=300, clock=fc.clock, sleep=fc.sleep
     )
     assert result.drained is False
@@ -56,13 +56,13 @@ def test_capped_at_the_bound_when_counters_keep_moving():
 
 def test_default_bound_is_300_seconds():
     fc = FakeClock()
-    result = cliff.wait_drained(lambda: {"x": fc.now}, clock=fc.clock, sleep=fc.sleep)
+    result = drain.wait_drained(lambda: {"x": fc.now}, clock=fc.clock, sleep=fc.sleep)
     assert (result.drained, result.waited_s) == (False, 300)
 
 
 def test_already_idle_counters_need_one_settle_period():
     fc = FakeClock()
-    result = cliff.wait_drained(
+    result = drain.wait_drained(
         lambda: {"a": 1.0, "b": 2.0}, interval=1, settle=3, bound=300, clock=fc.clock, sleep=fc.sleep
     )
     assert result == (
@@ -79,7 +79,7 @@ def test_a_new_counter_appearing_counts_as_movement():
     def read():
         return {} if fc.now < 1003 else {"lmcache_mp_l2_store_completed_objects_chunks_total": 1.0}
 
-    result = cliff.wait_drained(read, interval=1, settle=4, bound=60, clock=fc.clock, sleep=fc.sleep)
+    result = drain.wait_drained(read, interval=1, settle=4, bound=60, clock=fc.clock, sleep=fc.sleep)
     assert (result.drained, result.waited_s) == (True, 7)
 
 
@@ -91,7 +91,7 @@ def test_read_errors_are_recorded_and_restart_the_settle_period():
             raise ConnectionError("scrape failed")
         return {"x": 1.0}
 
-    result = cliff.wait_drained(read, interval=1, settle=3, bound=60, clock=fc.clock, sleep=fc.sleep)
+    result = drain.wait_drained(read, interval=1, settle=3, bound=60, clock=fc.clock, sleep=fc.sleep)
     assert result.drained is True
     assert result.waited_s == 7  # stable again from t=4, settled at t=7
     assert {"error": "ConnectionError: scrape failed"} in [v for _dummy, v in result.samples]
@@ -99,6 +99,6 @@ def test_read_errors_are_recorded_and_restart_the_settle_period():
 
 def test_zero_bound_samples_once():
     fc = FakeClock()
-    result = cliff.wait_drained(lambda: {"x": 1}, bound=0, clock=fc.clock, sleep=fc.sleep)
+    result = drain.wait_drained(lambda: {"x": 1}, bound=0, clock=fc.clock, sleep=fc.sleep)
     assert (result.drained, result.waited_s, len(result.samples)) == (False, 0, 1)
     assert fc.sleeps == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.aic.stack.plugins.module_utils import cliff
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import counters as cliff_counters
 
 # Shapes copied from a live vLLM 0.32 (cpu) and lmcache 0.5.6 MP server on this machine.
 VLLM_TEXT = """\
@@ -43,7 +43,7 @@ lmcache_mp_l2_usage_bytes{l2_name="nixl_store"} 4096.0
 
 
 def test_read_vllm_counters_sums_engines():
-    assert cliff.read_named_counters(VLLM_TEXT, cliff.VLLM_COUNTERS) == {
+    assert cliff_counters.read_named_counters(VLLM_TEXT, cliff_counters.VLLM_COUNTERS) == {
         "l1_cache_queries": 6000.0,
         "l1_cache_hits": 1500.0,
         "ext_cache_queries": 4500.0,
@@ -53,11 +53,13 @@ def test_read_vllm_counters_sums_engines():
 
 def test_missing_counters_read_zero():
     # OTel drops zero observations: a fresh LMCache exposes none of the lookup counters.
-    assert cliff.read_named_counters("", cliff.LMCACHE_COUNTERS) == dict.fromkeys(cliff.LMCACHE_COUNTERS, 0.0)
+    assert cliff_counters.read_named_counters("", cliff_counters.LMCACHE_COUNTERS) == dict.fromkeys(
+        cliff_counters.LMCACHE_COUNTERS, 0.0
+    )
 
 
 def test_drain_signature_skips_tick_counters():
-    assert cliff.drain_signature(LMCACHE_TEXT) == {
+    assert cliff_counters.drain_signature(LMCACHE_TEXT) == {
         "lmcache_mp_l2_store_completed_objects_chunks_total": 15.0,
         "lmcache_mp_l2_usage_bytes": 4096.0,
     }
@@ -67,28 +69,28 @@ def test_counter_delta():
     before = {"a": 10.0, "b": 5.0, "gone": 1.0}
     after = {"a": 25.0, "b": 2.0, "new": 4.0}
     # b went backwards (restart): its new value counts; missing keys are 0.
-    assert cliff.counter_delta(before, after) == {"a": 15.0, "b": 2.0, "gone": 0.0, "new": 4.0}
-    assert cliff.counter_delta({}, {}) == {}
-    assert cliff.counter_delta(None, {"a": 1}) == {"a": 1.0}
+    assert cliff_counters.counter_delta(before, after) == {"a": 15.0, "b": 2.0, "gone": 0.0, "new": 4.0}
+    assert cliff_counters.counter_delta({}, {}) == {}
+    assert cliff_counters.counter_delta(None, {"a": 1}) == {"a": 1.0}
 
 
 @pytest.mark.parametrize(
     ("hits", "queries", "pct"), [(50, 200, 25.0), (0, 0, 0.0), (5, 0, 0.0), (None, None, 0.0), (3, 3, 100.0)]
 )
 def test_hit_rate_pct(hits, queries, pct):
-    assert cliff.hit_rate_pct(hits, queries) == pct
+    assert cliff_counters.hit_rate_pct(hits, queries) == pct
 
 
 def test_hit_rates_from_delta():
     before = {
-        **cliff.read_named_counters("", cliff.VLLM_COUNTERS),
-        **cliff.read_named_counters("", cliff.LMCACHE_COUNTERS),
+        **cliff_counters.read_named_counters("", cliff_counters.VLLM_COUNTERS),
+        **cliff_counters.read_named_counters("", cliff_counters.LMCACHE_COUNTERS),
     }
     after = {
-        **cliff.read_named_counters(VLLM_TEXT, cliff.VLLM_COUNTERS),
-        **cliff.read_named_counters(LMCACHE_TEXT, cliff.LMCACHE_COUNTERS),
+        **cliff_counters.read_named_counters(VLLM_TEXT, cliff_counters.VLLM_COUNTERS),
+        **cliff_counters.read_named_counters(LMCACHE_TEXT, cliff_counters.LMCACHE_COUNTERS),
     }
-    assert cliff.hit_rates(cliff.counter_delta(before, after)) == {
+    assert cliff_counters.hit_rates(cliff_counters.counter_delta(before, after)) == {
         "l1_hit_rate_pct": 25.0,
         "ext_hit_rate_pct": 20.0,
         "lmcache_l1_hit_rate_pct": 25.0,
@@ -97,7 +99,7 @@ def test_hit_rates_from_delta():
 
 
 def test_hit_rates_all_zero_never_divide_by_zero():
-    assert cliff.hit_rates({}) == {
+    assert cliff_counters.hit_rates({}) == {
         "l1_hit_rate_pct": 0.0,
         "ext_hit_rate_pct": 0.0,
         "lmcache_l1_hit_rate_pct": 0.0,
@@ -107,11 +109,11 @@ def test_hit_rates_all_zero_never_divide_by_zero():
 
 def test_metrics_reader_against_fake_vllm(fake_vllm, http_server):
     http_server.route("/metrics", body=LMCACHE_TEXT)
-    reader = cliff.MetricsReader(fake_vllm.url, http_server.url)
+    reader = cliff_counters.MetricsReader(fake_vllm.url, http_server.url)
     values = reader.counters()
     assert values["lmcache_hit_l2_tokens"] == 2000.0
     assert values["l1_cache_queries"] == 0.0
     drain = reader.drain_counters()
     assert drain["lmcache_mp_l2_store_completed_objects_chunks_total"] == 15.0
     # Without an LMCache URL (vram arm) the LMCache columns read 0.
-    assert cliff.MetricsReader(fake_vllm.url).counters()["lmcache_requested_tokens"] == 0.0
+    assert cliff_counters.MetricsReader(fake_vllm.url).counters()["lmcache_requested_tokens"] == 0.0

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.aic.stack.plugins.module_utils import cliff
 from ansible_collections.aic.stack.plugins.module_utils.plan import DEFAULTS, build_plan
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import profiles as cliff_profiles
 
 
 def test_builtin_spur_l2_profile():
-    p = cliff.resolve_profile("cliff-spur-l2")
+    p = cliff_profiles.resolve_profile("cliff-spur-l2")
     assert p["name"] == "cliff_spur_l2"
     assert p["prefix_mode"] == "per_client"
     assert p["concurrency"] == [32]
@@ -23,7 +23,7 @@ def test_builtin_spur_l2_profile():
 
 
 def test_builtin_kvd_profile():
-    p = cliff.resolve_profile("cliff_kvd")
+    p = cliff_profiles.resolve_profile("cliff_kvd")
     assert p["prefix_mode"] == "shared"
     assert p["concurrency"] == [1, 8, 32, 64, 128, 250]
     assert p["iterations"] == 2
@@ -35,7 +35,7 @@ def test_empty_override_keeps_default(empty):
     overrides = dict.fromkeys(
         ["concurrency", "iterations", "prefix_mode", "l1_size_gb", "drain_bound_s", "arms"], empty
     )
-    p = cliff.resolve_profile("cliff_spur_l2", overrides)
+    p = cliff_profiles.resolve_profile("cliff_spur_l2", overrides)
     assert p["concurrency"] == [32]
     assert p["iterations"] == 2
     assert p["prefix_mode"] == "per_client"
@@ -45,7 +45,7 @@ def test_empty_override_keeps_default(empty):
 
 
 def test_string_overrides_are_parsed():
-    p = cliff.resolve_profile(
+    p = cliff_profiles.resolve_profile(
         "cliff_kvd", {"concurrency": "64, 1,8", "iterations": "3", "l1_size_gb": "40", "warmup_at_each_c": "false"}
     )
     assert p["concurrency"] == [1, 8, 64]
@@ -55,13 +55,13 @@ def test_string_overrides_are_parsed():
 
 
 def test_unknown_key_is_named():
-    with pytest.raises(cliff.CliffConfigError, match=r"^concurrency_ladder: unknown cliff profile key"):
-        cliff.resolve_profile("cliff_kvd", {"concurrency_ladder": "1,2"})
+    with pytest.raises(cliff_profiles.CliffConfigError, match=r"^concurrency_ladder: unknown cliff profile key"):
+        cliff_profiles.resolve_profile("cliff_kvd", {"concurrency_ladder": "1,2"})
 
 
 def test_unknown_profile():
-    with pytest.raises(cliff.CliffConfigError, match=r"unknown cliff profile 'nope'.*cliff_kvd"):
-        cliff.resolve_profile("nope")
+    with pytest.raises(cliff_profiles.CliffConfigError, match=r"unknown cliff profile 'nope'.*cliff_kvd"):
+        cliff_profiles.resolve_profile("nope")
 
 
 @pytest.mark.parametrize(
@@ -84,8 +84,8 @@ def test_unknown_profile():
     ],
 )
 def test_bad_values(overrides, message):
-    with pytest.raises(cliff.CliffConfigError, match=message):
-        cliff.resolve_profile("cliff_kvd", overrides)
+    with pytest.raises(cliff_profiles.CliffConfigError, match=message):
+        cliff_profiles.resolve_profile("cliff_kvd", overrides)
 
 
 def test_user_profiles_merge_over_builtins():
@@ -97,49 +97,51 @@ def test_user_profiles_merge_over_builtins():
         # A new profile without extends: the base defaults.
         "tiny": {"isl": 64, "prefix_tokens": 48, "concurrency": [1]},
     }
-    kvd = cliff.resolve_profile("cliff_kvd", user_profiles=users)
+    kvd = cliff_profiles.resolve_profile("cliff_kvd", user_profiles=users)
     assert kvd["concurrency"] == [1, 2]
     assert kvd["iterations"] == 2
     assert kvd["prefix_mode"] == "shared"
-    mine = cliff.resolve_profile("my-l2", {"iterations": 1}, users)
+    mine = cliff_profiles.resolve_profile("my-l2", {"iterations": 1}, users)
     assert (mine["concurrency"], mine["l1_size_gb"], mine["prefix_mode"], mine["iterations"]) == (
         [16, 32, 48],
         4.0,
         "per_client",
         1,
     )
-    tiny = cliff.resolve_profile("tiny", user_profiles=users)
+    tiny = cliff_profiles.resolve_profile("tiny", user_profiles=users)
     assert (tiny["isl"], tiny["iterations"], tiny["arms"]) == (64, 3, ["vram", "dram", "nvme"])
-    assert "tiny" in cliff.available_profiles(users)
-    with pytest.raises(cliff.CliffConfigError, match=r"^bogus: unknown cliff profile key in user profile tiny"):
-        cliff.resolve_profile("tiny", user_profiles={"tiny": {"bogus": 1}})
-    with pytest.raises(cliff.CliffConfigError, match=r"^extends: unknown built-in profile"):
-        cliff.resolve_profile("x", user_profiles={"x": {"extends": "nope", "iterations": 1}})
+    assert "tiny" in cliff_profiles.available_profiles(users)
+    with pytest.raises(
+        cliff_profiles.CliffConfigError, match=r"^bogus: unknown cliff profile key in user profile tiny"
+    ):
+        cliff_profiles.resolve_profile("tiny", user_profiles={"tiny": {"bogus": 1}})
+    with pytest.raises(cliff_profiles.CliffConfigError, match=r"^extends: unknown built-in profile"):
+        cliff_profiles.resolve_profile("x", user_profiles={"x": {"extends": "nope", "iterations": 1}})
 
 
 def test_builtin_data_is_not_mutated():
-    p = cliff.resolve_profile("cliff_kvd")
+    p = cliff_profiles.resolve_profile("cliff_kvd")
     p["concurrency"].append(999)
-    assert cliff.resolve_profile("cliff_kvd")["concurrency"] == [1, 8, 32, 64, 128, 250]
+    assert cliff_profiles.resolve_profile("cliff_kvd")["concurrency"] == [1, 8, 32, 64, 128, 250]
 
 
 def test_parse_arms():
-    assert cliff.parse_arms("dram,nvme") == ["dram", "nvme"]
-    assert cliff.parse_arms(" vram  nvme ") == ["vram", "nvme"]
-    assert cliff.parse_arms(["nvme"]) == ["nvme"]
+    assert cliff_profiles.parse_arms("dram,nvme") == ["dram", "nvme"]
+    assert cliff_profiles.parse_arms(" vram  nvme ") == ["vram", "nvme"]
+    assert cliff_profiles.parse_arms(["nvme"]) == ["nvme"]
     with pytest.raises(
-        cliff.CliffConfigError, match=r"^AIC_CLIFF_ARMS: unknown arm 'gds' \(choose from vram, dram, nvme\)"
+        cliff_profiles.CliffConfigError, match=r"^AIC_CLIFF_ARMS: unknown arm 'gds' \(choose from vram, dram, nvme\)"
     ):
-        cliff.parse_arms("nvme,gds", key="AIC_CLIFF_ARMS")
-    with pytest.raises(cliff.CliffConfigError, match="listed twice"):
-        cliff.parse_arms("nvme,nvme")
-    with pytest.raises(cliff.CliffConfigError, match="empty"):
-        cliff.parse_arms("")
+        cliff_profiles.parse_arms("nvme,gds", key="AIC_CLIFF_ARMS")
+    with pytest.raises(cliff_profiles.CliffConfigError, match="listed twice"):
+        cliff_profiles.parse_arms("nvme,nvme")
+    with pytest.raises(cliff_profiles.CliffConfigError, match="empty"):
+        cliff_profiles.parse_arms("")
 
 
 def test_arm_plan_overrides():
-    p = cliff.resolve_profile("cliff_spur_l2")
-    assert cliff.arm_plan_overrides(p, "nvme") == {
+    p = cliff_profiles.resolve_profile("cliff_spur_l2")
+    assert cliff_profiles.arm_plan_overrides(p, "nvme") == {
         "aic_lmcache_l2_backend": "nixl_posix",
         "aic_vllm_model": "Qwen/Qwen2.5-3B-Instruct",
         "aic_vllm_gpu_memory_utilization": 0.40,
@@ -150,27 +152,29 @@ def test_arm_plan_overrides():
         "aic_vllm_healthcheck_interval": 0,
     }
     # SPUR's inventory already has 64 GiB of shm: left alone; an empty value means the default (2).
-    assert "aic_lmcache_shm_size_gb" not in cliff.arm_plan_overrides(p, "nvme", {"aic_lmcache_shm_size_gb": 64})
-    assert cliff.arm_plan_overrides(p, "nvme", {"aic_lmcache_shm_size_gb": ""})["aic_lmcache_shm_size_gb"] == 8
+    assert "aic_lmcache_shm_size_gb" not in cliff_profiles.arm_plan_overrides(
+        p, "nvme", {"aic_lmcache_shm_size_gb": 64}
+    )
+    assert cliff_profiles.arm_plan_overrides(p, "nvme", {"aic_lmcache_shm_size_gb": ""})["aic_lmcache_shm_size_gb"] == 8
     # vram runs without LMCache: no L1 size.
-    assert "aic_lmcache_l1_size_gb" not in cliff.arm_plan_overrides(p, "vram")
-    assert cliff.arm_uses_lmcache("vram") is False
-    assert cliff.arm_plan_overrides(cliff.resolve_profile("cliff_kvd"), "dram") == {
+    assert "aic_lmcache_l1_size_gb" not in cliff_profiles.arm_plan_overrides(p, "vram")
+    assert cliff_profiles.arm_uses_lmcache("vram") is False
+    assert cliff_profiles.arm_plan_overrides(cliff_profiles.resolve_profile("cliff_kvd"), "dram") == {
         "aic_lmcache_l2_backend": "none",
         "aic_vllm_healthcheck_interval": 0,
     }
 
 
 def test_an_operator_keeps_the_arms_healthcheck_by_setting_its_interval():
-    p = cliff.resolve_profile("cliff_kvd", {"vllm_healthcheck_interval": "5"})
-    assert cliff.arm_plan_overrides(p, "vram")["aic_vllm_healthcheck_interval"] == 5
-    with pytest.raises(cliff.CliffConfigError, match="vllm_healthcheck_interval"):
-        cliff.resolve_profile("cliff_kvd", {"vllm_healthcheck_interval": -1})
+    p = cliff_profiles.resolve_profile("cliff_kvd", {"vllm_healthcheck_interval": "5"})
+    assert cliff_profiles.arm_plan_overrides(p, "vram")["aic_vllm_healthcheck_interval"] == 5
+    with pytest.raises(cliff_profiles.CliffConfigError, match="vllm_healthcheck_interval"):
+        cliff_profiles.resolve_profile("cliff_kvd", {"vllm_healthcheck_interval": -1})
 
 
-@pytest.mark.parametrize("arm", list(cliff.ARMS))
+@pytest.mark.parametrize("arm", list(cliff_profiles.ARMS))
 def test_arm_overrides_are_real_plan_variables(arm):
-    overrides = cliff.arm_plan_overrides(cliff.resolve_profile("cliff_spur_l2"), arm)
+    overrides = cliff_profiles.arm_plan_overrides(cliff_profiles.resolve_profile("cliff_spur_l2"), arm)
     assert set(overrides) <= set(DEFAULTS)
     # ... and the plan accepts them (rocm flavour needs a model).
     plan, _dummy = build_plan({"aic_flavour": "rocm", "aic_gpus": [0], **overrides})
@@ -179,4 +183,4 @@ def test_arm_overrides_are_real_plan_variables(arm):
 
 
 def test_shm_default_matches_the_plan():
-    assert DEFAULTS["aic_lmcache_shm_size_gb"] == cliff.DEFAULT_SHM_SIZE_GB
+    assert DEFAULTS["aic_lmcache_shm_size_gb"] == cliff_profiles.DEFAULT_SHM_SIZE_GB

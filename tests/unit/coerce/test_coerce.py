@@ -448,9 +448,9 @@ def test_every_function_raises_the_callers_class_naming_the_field(call, error):
 
 
 def test_caller_error_classes_of_the_collection():
-    from ansible_collections.aic.stack.plugins.module_utils.cliff import CliffConfigError
     from ansible_collections.aic.stack.plugins.module_utils.plan import PlanError
     from ansible_collections.aic.stack.plugins.module_utils.slurm import SlurmSpecError
+    from ansible_collections.aic.stack.plugins.plugin_utils.cliff.profiles import CliffConfigError
 
     for error in (PlanError, CliffConfigError, SlurmSpecError):
         with pytest.raises(error, match=r"^aic_x: expected an integer"):
