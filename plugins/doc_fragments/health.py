@@ -13,12 +13,7 @@ class ModuleDocFragment:
     DOCUMENTATION = r"""
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
-      - The module only reads; the checks are performed in check mode as well.
-  diff_mode:
-    description:
-      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
+      - The module never changes anything (it always returns RV(ignore:changed=false)); its checks run in check
+        mode as well.
 """

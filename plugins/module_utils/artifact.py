@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import tempfile
 
+from ansible_collections.aic.stack.plugins.module_utils.atomic import replace_file
 from ansible_collections.aic.stack.plugins.module_utils.digest import sha256_file
 
 CHUNK = 4 * 1024 * 1024
@@ -62,25 +63,9 @@ def is_current(files, image_id, verify=False):
     return not (verify and sha256_file(files["tarball"]) != manifest.get("sha256"))
 
 
-def _write_atomic(path, text):
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_current(files, manifest):
     """Point ``<name>.current.json`` at ``manifest`` (atomically): the artifact later stages read."""
-    _write_atomic(files["current"], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    replace_file(files["current"], json.dumps(manifest, indent=2, sort_keys=True) + "\n")
 
 
 def save(chunks, files, manifest, level=3, threads=0, zstd="zstd"):
@@ -135,8 +120,8 @@ def save(chunks, files, manifest, level=3, threads=0, zstd="zstd"):
         if os.path.exists(partial):
             os.unlink(partial)
         raise
-    _write_atomic(files["sha256"], f"{digest}  {os.path.basename(files['tarball'])}\n")
-    _write_atomic(files["manifest"], json.dumps(result, indent=2, sort_keys=True) + "\n")
+    replace_file(files["sha256"], f"{digest}  {os.path.basename(files['tarball'])}\n")
+    replace_file(files["manifest"], json.dumps(result, indent=2, sort_keys=True) + "\n")
     # Last: the pointer operators and later stages read. Only a complete artifact becomes current.
     write_current(files, result)
     return result

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 
+from ansible_collections.aic.stack.plugins.module_utils.atomic import replace_file
 from ansible_collections.aic.stack.plugins.module_utils.digest import sha256_file
 
 APPLIES = "applies"
@@ -295,30 +296,13 @@ def apply_series(source_dir, patch_dir, git="git"):
             work_file = os.path.join(work_dir, rel)
             dest = os.path.join(source_dir, rel)
             if os.path.lexists(work_file):
-                _write_file(dest, source=work_file)
+                replace_file(dest, source=work_file, make_dirs=True)
             elif os.path.lexists(dest):
                 os.unlink(dest)
     stamp = read_stamp(source_dir)
     stamp.update({r["name"]: r["sha256"] for r in to_apply})
     entries = [{"name": name, "sha256": stamp[name]} for name in sorted(stamp)]
-    _write_file(os.path.join(source_dir, STAMP_NAME), text=json.dumps({"patches": entries}, indent=2) + "\n")
+    replace_file(
+        os.path.join(source_dir, STAMP_NAME), make_dirs=True, text=json.dumps({"patches": entries}, indent=2) + "\n"
+    )
     return results, [r["name"] for r in to_apply]
-
-
-def _write_file(dest, source=None, text=None):
-    """Replace ``dest`` atomically with a copy of ``source`` (content and mode) or with ``text``."""
-    os.makedirs(os.path.dirname(dest), exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".patch-series-", dir=os.path.dirname(dest))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            if text is not None:
-                handle.write(text)
-        if source is not None:
-            shutil.copy2(source, tmp)
-        else:
-            os.chmod(tmp, 0o644)
-        os.replace(tmp, dest)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -24,18 +24,14 @@ description:
 author:
   - aic.stack developers (!UNKNOWN)
 extends_documentation_fragment:
+  - aic.stack.attributes
   - aic.stack.docker
+  - aic.stack.docker.timeout
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
       - The probe runs in check mode too. It leaves the engine as it found it (the throwaway container is
         created and removed, never started), so it always returns RV(ignore:changed=false).
-  diff_mode:
-    description:
-      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
 options:
   image:
     description:

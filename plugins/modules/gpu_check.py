@@ -38,16 +38,12 @@ requirements:
   - For O(where=host), C(amd-smi), C(rocm-smi) or the amdgpu kernel driver (KFD sysfs) for AMD GPUs,
     C(nvidia-smi) for NVIDIA GPUs.
   - For O(where=container), the C(docker) CLI on the managed node and torch in the container.
+extends_documentation_fragment:
+  - aic.stack.attributes
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
       - The module only reads; the probes run in check mode as well.
-  diff_mode:
-    description:
-      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
 options:
   where:
     description:

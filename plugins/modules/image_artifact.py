@@ -19,14 +19,10 @@ description:
 author:
   - aic.stack developers (!UNKNOWN)
 requirements:
-  - The C(zstd) command on the build host; Python talks to the engine itself (no Docker CLI, no Docker SDK)
-attributes:
-  check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed when in diff mode.
-    support: none
+  - The C(zstd) command on the build host
+extends_documentation_fragment:
+  - aic.stack.attributes
+  - aic.stack.docker
 options:
   image:
     description: Image reference (C(name:tag)) to save; it must exist on the build host's engine.
@@ -52,11 +48,6 @@ options:
     description: Re-hash an existing tarball before declaring it current.
     type: bool
     default: false
-  docker_host:
-    description:
-      - The Docker engine to talk to, V(unix:///path/to/docker.sock) or V(tcp://host:port) (plain HTTP).
-      - Empty means the environment's E(DOCKER_HOST), else V(unix:///var/run/docker.sock).
-    type: str
 """
 
 EXAMPLES = r"""

@@ -66,13 +66,9 @@ options:
   progress_log:
     description: File to append progress snapshots to (JSON lines); omit for none.
     type: path
+extends_documentation_fragment:
+  - aic.stack.attributes
 attributes:
-  check_mode:
-    support: full
-    description: In check mode nothing is served; C(changed) says whether any node would receive the tarball.
-  diff_mode:
-    support: none
-    description: No diff.
   action:
     support: full
     description: Runs on the controller.

@@ -21,14 +21,10 @@ description:
 author:
   - aic.stack developers (!UNKNOWN)
 requirements:
-  - The C(zstd) command on the node; Python talks to the engine itself (no Docker CLI, no Docker SDK)
-attributes:
-  check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed, when in diff mode.
-    support: none
+  - The C(zstd) command on the node
+extends_documentation_fragment:
+  - aic.stack.attributes
+  - aic.stack.docker
 options:
   path:
     description: The C(.tar.zst) tarball to load.
@@ -46,11 +42,6 @@ options:
     description: Remove O(path) after a successful load (not for a shared file).
     type: bool
     default: false
-  docker_host:
-    description:
-      - The Docker engine to talk to, V(unix:///path/to/docker.sock) or V(tcp://host:port) (plain HTTP).
-      - Empty means the environment's E(DOCKER_HOST), else V(unix:///var/run/docker.sock).
-    type: str
   timeout:
     description: Seconds each request to the engine may wait (the load of a large image is one request).
     type: int

@@ -28,15 +28,12 @@ description:
     ran past O(wait_timeout).
 author:
   - aic.stack developers (!UNKNOWN)
+extends_documentation_fragment:
+  - aic.stack.attributes
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
       - In check mode nothing is received; the module reports whether O(dest) would change.
-  diff_mode:
-    description: Will return details on what has changed, when in diff mode.
-    support: none
 options:
   state:
     description: V(started) starts the relay daemon; V(finished) waits for its result.

@@ -31,15 +31,14 @@ description:
   - Reports C(changed) only when a directory was created, an owner, group or mode fixed, or a slot file removed.
 author:
   - aic.stack developers (!UNKNOWN)
+extends_documentation_fragment:
+  - aic.stack.attributes
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
       - In check mode nothing is created, changed or removed; the return values say what a real run would do,
         RV(blocked) included.
   diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
     support: full
     details:
       - Before and after state (C(absent), or C(directory) with owner, group and mode, and the stale slot files) of

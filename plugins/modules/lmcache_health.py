@@ -15,13 +15,12 @@ description:
   - Waits for C(GET /healthcheck) to return HTTP 200, then checks that C(GET /metrics) exposes at
     least one metric family starting with O(metric_prefix).
   - LMCache answers C(/health) with 404; this module therefore uses C(/healthcheck).
-  - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
-    its checks in check mode too.
 author:
   - aic.stack developers (!UNKNOWN)
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
 extends_documentation_fragment:
+  - aic.stack.attributes
   - aic.stack.health
 options:
   url:

@@ -31,16 +31,12 @@ author:
   - aic.stack developers (!UNKNOWN)
 requirements:
   - git (the C(git) executable, used as C(git apply); the source does not need to be a git repository)
+extends_documentation_fragment:
+  - aic.stack.attributes
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
       - With O(state=applied), reports which patches would be applied and changes nothing.
-  diff_mode:
-    description:
-      Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
 options:
   source:
     description:

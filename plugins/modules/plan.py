@@ -20,16 +20,9 @@ options:
     description: Extra C(aic_*) values that take precedence over inventory variables (used by tests).
     type: dict
     default: {}
-attributes:
-  check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
+extends_documentation_fragment:
+  - aic.stack.attributes
+  - aic.stack.attributes.action
 author:
   - aic.stack developers (!UNKNOWN)
 """

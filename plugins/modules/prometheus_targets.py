@@ -18,11 +18,10 @@ description:
   - On failure the message names the Prometheus URL and each expected job or target that is not
     up, with the scrape URL, health and last scrape error of its targets, or C(no target configured)
     (C(no target with these labels)) when nothing matches, and the nodes that have a target down.
-  - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
-    its checks in check mode too.
 author:
   - aic.stack developers (!UNKNOWN)
 extends_documentation_fragment:
+  - aic.stack.attributes
   - aic.stack.health
 options:
   url:

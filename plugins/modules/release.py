@@ -44,16 +44,9 @@ options:
     description: The node's last healthy record when the caller already read it (takes precedence over
       O(deployed_path)).
     type: dict
-attributes:
-  check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
-  action:
-    description: Indicates this has a corresponding action plugin so some parts of the options can be executed on the controller.
-    support: full
+extends_documentation_fragment:
+  - aic.stack.attributes
+  - aic.stack.attributes.action
 author:
   - aic.stack developers (!UNKNOWN)
 """

@@ -30,16 +30,13 @@ description:
     C(changed).
 author:
   - aic.stack developers (!UNKNOWN)
+extends_documentation_fragment:
+  - aic.stack.attributes
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
       - In check mode nothing is created, written or removed, the guard file included. The lock is only read (and
         waited for, as in a real run); RV(msg) says what a real run would do, and RV(held) is false.
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
 options:
   path:
     description:

@@ -24,16 +24,13 @@ description:
   - The Slurm client commands read the environment of the task (C(SLURM_CONF), C(SPUR_CONTROLLER_ADDR)).
 author:
   - aic.stack developers (!UNKNOWN)
+extends_documentation_fragment:
+  - aic.stack.attributes
 attributes:
   check_mode:
-    description: Can run in C(check_mode) and return changed status prediction without modifying target.
-    support: full
     details:
       - The module only reads the queue and files; it waits in check mode too. It never reports a change, except
         that it cancels a job that ran past O(timeout) when O(cancel_on_timeout) is true (not in check mode).
-  diff_mode:
-    description: Will return details on what has changed (or possibly needs changing in C(check_mode)), when in diff mode.
-    support: none
 options:
   job_id:
     description: The Slurm job id (as printed by sbatch).

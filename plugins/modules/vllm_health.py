@@ -17,13 +17,12 @@ description:
     C(GET /metrics) exposes at least one metric family starting with O(metric_prefix).
   - The checks run in that order; the first one that fails fails the task with a message naming
     the server URL and what was wrong.
-  - The module never changes anything, so it always returns RV(ignore:changed=false) and runs
-    its checks in check mode too.
 author:
   - aic.stack developers (!UNKNOWN)
 requirements:
   - prometheus_client (Python library on the managed node, used to parse C(/metrics))
 extends_documentation_fragment:
+  - aic.stack.attributes
   - aic.stack.health
 options:
   url:
