@@ -36,15 +36,19 @@ def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=None, c
     builder = WordPromptBuilder(encode, seed=profile["seed"])
     rows = []
 
-    def settled_counters():
-        result = wait_drained(
-            reader.counters,
-            interval=profile["metrics_interval_s"],
-            settle=profile["metrics_settle_s"],
-            bound=profile["metrics_bound_s"],
+    def settle(read, kind):
+        """wait_drained on ``read`` with the profile's ``<kind>_interval_s/_settle_s/_bound_s``."""
+        return wait_drained(
+            read,
+            interval=profile[f"{kind}_interval_s"],
+            settle=profile[f"{kind}_settle_s"],
+            bound=profile[f"{kind}_bound_s"],
             clock=clock,
             sleep=sleep,
         )
+
+    def settled_counters():
+        result = settle(reader.counters, "metrics")
         last = result.samples[-1][1]
         return last if "error" not in last else {}
 
@@ -67,14 +71,7 @@ def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=None, c
             for w in range(profile["warmup_iters"]):
                 result = burst(c, 20000 + c * 100 + w)
                 log(f"[{arm}] c={c} warmup {w + 1}: {result.summary['ok_count']} ok, {result.summary['err_count']} err")
-            drain = wait_drained(
-                reader.drain_counters,
-                interval=profile["drain_interval_s"],
-                settle=profile["drain_settle_s"],
-                bound=profile["drain_bound_s"],
-                clock=clock,
-                sleep=sleep,
-            )
+            drain = settle(reader.drain_counters, "drain")
             drained, drain_wait = drain.drained, drain.waited_s
             log(f"[{arm}] c={c} drain: {'settled' if drained else 'bound reached'} after {drain_wait:.1f}s")
         for it in range(profile["iterations"]):
