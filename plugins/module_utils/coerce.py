@@ -107,6 +107,35 @@ def _read_float(value, parse):
     return None
 
 
+def _as_number(field, value, minimum, maximum, read, defaults, *, error, message, messages, finite=False):
+    """What as_int and as_float share: no booleans, ``read(value)`` (None: not a number), optionally finite, bounds."""
+
+    def fail(kind, shown=value, number=None):
+        _fail(
+            error,
+            kind,
+            defaults,
+            message,
+            messages,
+            field=field,
+            value=shown,
+            number=number,
+            minimum=minimum,
+            maximum=maximum,
+        )
+
+    if isinstance(value, bool):
+        fail("boolean")
+    number = read(value)
+    if number is None:
+        fail("type")
+    if finite and not math.isfinite(number):
+        fail("type", shown=number)
+    if _out_of_bounds(number, minimum, maximum):
+        fail(_bounds_kind(minimum, maximum), number=number)
+    return number
+
+
 _INT_MESSAGES = {
     "boolean": "{field}: expected an integer, got boolean {value!r}",
     "type": "{field}: expected an integer, got {value!r}",
@@ -150,28 +179,17 @@ def as_int(
     if parse not in _INT_PARSES:
         raise ValueError(f"as_int: parse must be one of {', '.join(_INT_PARSES)}, got {parse!r}")
 
-    def fail(kind, number=None):
-        _fail(
-            error,
-            kind,
-            _INT_MESSAGES,
-            message,
-            messages,
-            field=field,
-            value=value,
-            number=number,
-            minimum=minimum,
-            maximum=maximum,
-        )
-
-    if isinstance(value, bool):
-        fail("boolean")
-    number = _read_int(value, parse, integral_floats)
-    if number is None:
-        fail("type")
-    if _out_of_bounds(number, minimum, maximum):
-        fail(_bounds_kind(minimum, maximum), number)
-    return number
+    return _as_number(
+        field,
+        value,
+        minimum,
+        maximum,
+        lambda v: _read_int(v, parse, integral_floats),
+        _INT_MESSAGES,
+        error=error,
+        message=message,
+        messages=messages,
+    )
 
 
 _FLOAT_MESSAGES = {
@@ -213,29 +231,18 @@ def as_float(
     if parse not in _FLOAT_PARSES:
         raise ValueError(f"as_float: parse must be one of {', '.join(_FLOAT_PARSES)}, got {parse!r}")
 
-    def fail(kind, shown=value, number=None):
-        _fail(
-            error,
-            kind,
-            _FLOAT_MESSAGES,
-            message,
-            messages,
-            field=field,
-            value=shown,
-            number=number,
-            minimum=minimum,
-            maximum=maximum,
-        )
-
-    if isinstance(value, bool):
-        fail("boolean")
-    number = _read_float(value, parse)
-    if number is None:
-        fail("type")
-    if finite and not math.isfinite(number):
-        fail("type", shown=number)
-    if _out_of_bounds(number, minimum, maximum):
-        fail(_bounds_kind(minimum, maximum), number=number)
+    number = _as_number(
+        field,
+        value,
+        minimum,
+        maximum,
+        lambda v: _read_float(v, parse),
+        _FLOAT_MESSAGES,
+        error=error,
+        message=message,
+        messages=messages,
+        finite=finite,
+    )
     return float(number)
 
 
