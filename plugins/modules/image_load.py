@@ -121,7 +121,8 @@ def load(module, api, p):
             state["error"] = "mismatch"
             zstd.kill()
         except (OSError, ValueError) as exc:
-            state["error"] = str(exc)
+            # An error already recorded (the upload broke off, zstd was killed for it) is the cause, not this one.
+            state["error"] = state["error"] or str(exc)
             zstd.kill()
 
     thread = threading.Thread(target=writer, daemon=True)
@@ -146,6 +147,10 @@ def load(module, api, p):
     except DockerAPIError as exc:
         if not state["error"]:
             state["error"] = f"docker load failed: {exc}"
+    if thread.is_alive():
+        # The upload broke off before the end of the file (the engine went away): nobody reads zstd's output any
+        # more, so the writer would wait on a full pipe for ever.
+        zstd.kill()
     thread.join()
     zstd.wait()
     if state["error"] == "mismatch":

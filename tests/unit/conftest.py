@@ -19,12 +19,19 @@ import pytest
 class RecordedRequest:
     """One request received by :class:`LocalHTTPServer`."""
 
-    def __init__(self, method, path, query, headers, body):
+    def __init__(self, method, path, query, headers, body, complete=True):
         self.method = method
         self.path = path
         self.query = query
         self.headers = headers
         self.body = body
+        # False for a chunked body the client abandoned before its last chunk (no answer was sent).
+        self.complete = complete
+
+    @property
+    def chunked(self):
+        """The body came chunked (``Transfer-Encoding: chunked``, whatever case the client wrote it in)."""
+        return any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in self.headers.items())
 
     def json(self):
         return json.loads(self.body.decode("utf-8"))
@@ -57,7 +64,8 @@ class LocalHTTPServer:
     A route maps ``(method, path)`` to either a :class:`Response`, a list of them (served in
     order, the last one repeating) or a callable ``f(RecordedRequest)`` returning a
     :class:`Response` or a ``(status, body, content_type)`` tuple.
-    Unknown paths get a 404 like most real servers. Every request is recorded in ``requests``.
+    Unknown paths get a 404 like most real servers. Every request is recorded in ``requests``; a chunked request body
+    is read as a server would, and one the client abandons mid-way is recorded (``complete`` False) and not answered.
     """
 
     def __init__(self, unix_path=None):
@@ -75,11 +83,37 @@ class LocalHTTPServer:
         class Handler(BaseHTTPRequestHandler):
             server_version = "LocalTestServer/1.0"
 
+            def _read_chunked(self):
+                """A chunked request body (what urllib sends for an iterable body) and whether it ended properly."""
+                parts = []
+                while True:
+                    line = self.rfile.readline()
+                    try:
+                        size = int(line.split(b";")[0].strip(), 16)
+                    except ValueError:  # the client went away between two chunks
+                        return b"".join(parts), False
+                    if size == 0:
+                        while self.rfile.readline() not in (b"\r\n", b"\n", b""):  # trailers
+                            pass
+                        return b"".join(parts), True
+                    data = self.rfile.read(size)
+                    parts.append(data)
+                    if len(data) < size or self.rfile.read(2) != b"\r\n":  # ... or within one
+                        return b"".join(parts), False
+
             def _handle(self):
                 split = urlsplit(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                req = RecordedRequest(self.command, split.path, split.query, dict(self.headers.items()), body)
+                complete = True
+                if "chunked" in (self.headers.get("Transfer-Encoding") or "").lower():
+                    body, complete = self._read_chunked()
+                else:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    body = self.rfile.read(length) if length else b""
+                req = RecordedRequest(self.command, split.path, split.query, dict(self.headers.items()), body, complete)
+                if not complete:
+                    outer._record(req)
+                    self.close_connection = True
+                    return
                 resp = outer._dispatch(req)
                 self.send_response(resp.status)
                 self.send_header("Content-Type", resp.content_type)
@@ -149,6 +183,10 @@ class LocalHTTPServer:
     def paths(self):
         with self._lock:
             return [r.path for r in self.requests]
+
+    def _record(self, req):
+        with self._lock:
+            self.requests.append(req)
 
     def _dispatch(self, req):
         with self._lock:

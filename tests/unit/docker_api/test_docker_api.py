@@ -3,8 +3,11 @@ would) and over TCP, error bodies, unreachable engines; and the real Docker engi
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import tarfile
+import time
 import urllib.request
 import uuid
 
@@ -12,6 +15,9 @@ import pytest
 
 from ansible_collections.aic.stack.plugins.module_utils import docker_api
 from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI, DockerAPIError
+
+# Names of what the tests make on the real engine start with this (a test run beside another sets its own).
+PREFIX = os.environ.get("AIC_UNIT_PREFIX", "aic-unit")
 
 
 def echo_create(req):
@@ -162,3 +168,77 @@ def test_save_image_streams_the_named_tarball_and_a_missing_image_raises(unix_ht
     unix_http_server.json_route("/images/get", {"message": "reference does not exist"}, status=404)
     with pytest.raises(DockerAPIError, match="reference does not exist"):
         list(DockerAPI(unix_http_server.docker_host).save_image("img:2"))
+
+
+def test_load_image_streams_an_iterable_body_chunked(unix_http_server):
+    unix_http_server.route("/images/load", body='{"stream":"Loaded"}\n', content_type="application/json", method="POST")
+    blocks = [os.urandom(100_000) for _ in range(5)]
+    DockerAPI(unix_http_server.docker_host).load_image(iter(blocks))
+    (req,) = unix_http_server.calls("/images/load", "POST")
+    assert req.chunked and req.complete and "Content-Length" not in req.headers
+    assert req.body == b"".join(blocks)
+
+
+def test_an_iterable_body_that_raises_aborts_the_upload_and_its_exception_comes_through(unix_http_server):
+    unix_http_server.route("/images/load", body='{"stream":"Loaded"}\n', content_type="application/json", method="POST")
+
+    class Stop(Exception):
+        pass
+
+    def body():
+        yield b"a" * 1000
+        yield b"b" * 1000
+        raise Stop("the digest does not match")
+
+    with pytest.raises(Stop, match="the digest does not match"):
+        DockerAPI(unix_http_server.docker_host).load_image(body())
+    deadline = time.monotonic() + 5
+    while not unix_http_server.calls("/images/load", "POST") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # The engine saw a body without its last chunk: an archive it cannot register (and it got no answer to send).
+    (req,) = unix_http_server.calls("/images/load", "POST")
+    assert req.chunked and not req.complete and req.body == b"a" * 1000 + b"b" * 1000
+
+
+def _tiny_layer(payload):
+    layer = io.BytesIO()
+    with tarfile.open(fileobj=layer, mode="w") as tar:
+        info = tarfile.TarInfo("hello.txt")
+        info.size = len(payload)
+        tar.addfile(info, io.BytesIO(payload))
+    return layer.getvalue()
+
+
+@pytest.mark.skipif(not os.path.exists("/var/run/docker.sock"), reason="no Docker engine on this machine")
+def test_the_real_engine_saves_and_loads_back_a_tiny_image_as_streams(tmp_path):
+    api = DockerAPI("unix:///var/run/docker.sock", timeout=60)
+    repo, tag = f"{PREFIX}-docker-api", uuid.uuid4().hex[:12]
+    ref = f"{repo}:{tag}"
+    payload = f"docker_api unit test {uuid.uuid4()}\n".encode()
+    with api.open(
+        "POST",
+        "/images/create",
+        params={"fromSrc": "-", "repo": repo, "tag": tag},
+        data=_tiny_layer(payload),
+        headers={"Content-Type": "application/x-tar"},
+    ) as response:
+        response.read()
+    try:
+        image = api.inspect("images", ref)
+        assert image is not None and image["Id"].startswith("sha256:")
+        saved = tmp_path / "tiny.tar"
+        with open(saved, "wb") as handle:
+            for chunk in api.save_image(ref, chunk_size=1024):
+                handle.write(chunk)
+        with tarfile.open(saved) as tar:
+            assert [e["RepoTags"] for e in json.load(tar.extractfile("manifest.json"))] == [[ref]]
+        api.call("DELETE", docker_api.path("/images/{}", image["Id"]), params={"force": "1"})
+        assert api.inspect("images", ref) is None
+        with open(saved, "rb") as handle:
+            api.load_image(iter(lambda: handle.read(1024), b""))
+        assert api.inspect("images", ref)["Id"] == image["Id"]
+        with pytest.raises(DockerAPIError) as err:
+            api.load_image(iter([b"this is no image archive\n" * 100]))
+        assert err.value.status == 200 and err.value.message
+    finally:
+        api.request("DELETE", docker_api.path("/images/{}", ref), params={"force": "1"})
