@@ -181,7 +181,8 @@ def artifact(tmp_path_factory):
         tar.addfile(info, io.BytesIO(body))
     repo, tag = f"{PREFIX}-image-load", uuid.uuid4().hex[:12]
     params = {"fromSrc": "-", "repo": repo, "tag": tag}
-    with api.open("POST", "/images/create", params=params, data=layer.getvalue()) as response:
+    tar_type = {"Content-Type": "application/x-tar"}  # else urllib says form data, and the engine parses it
+    with api.open("POST", "/images/create", params=params, data=layer.getvalue(), headers=tar_type) as response:
         response.read()
     image_id = api.inspect("images", f"{repo}:{tag}")["Id"]
     saved = b"".join(api.save_image(f"{repo}:{tag}"))
