@@ -76,8 +76,8 @@ options:
     default: ""
   docker_host:
     description:
-      - The Docker engine that runs O(container) (C(unix://...) or C(tcp://...)); empty is the SDK's default
-        (C(DOCKER_HOST) or C(unix:///var/run/docker.sock)).
+      - The Docker engine that runs O(container), V(unix:///path/to/docker.sock) or V(tcp://host:port) (plain HTTP).
+      - Empty means the environment's E(DOCKER_HOST), else V(unix:///var/run/docker.sock).
     type: str
     default: ""
 notes:

@@ -1,11 +1,13 @@
 """aic.stack.vllm_health's container watch: waiting stops as soon as the watched container exited or restarted.
 
-Pure parts (why_down, tail, wait_until's abort) with data; the module itself against the real Docker engine with a
+Pure parts (why_down, tail, wait_until's abort) with data; the watch and the module against an engine stand-in (what
+they ask the engine, its multiplexed log stream); the module itself against the real Docker engine with a
 container of the local base image that prints a line and exits (a bad image's vLLM), and one that keeps running.
 """
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -16,6 +18,7 @@ from ansible_collections.aic.stack.plugins.module_utils.container_watch import (
     tail,
     why_down,
 )
+from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPIError
 from ansible_collections.aic.stack.plugins.module_utils.http import wait_until
 from ansible_collections.aic.stack.plugins.modules import vllm_health
 
@@ -76,6 +79,72 @@ def test_wait_until_stops_at_the_first_abort_reason():
         abort=lambda: next(answers),
     )
     assert not result.ok and result.aborted == "gone" and result.attempts == 3 and result.last_error == "refused"
+
+
+# -- against an engine stand-in (the unit tests' HTTP server on a unix socket, answering as the engine would) --------
+
+
+def frame(stream, payload):
+    """One frame of the engine's multiplexed log stream (stdout 1, stderr 2)."""
+    return bytes([stream, 0, 0, 0]) + len(payload).to_bytes(4, "big") + payload
+
+
+RUNNING = {"State": {"Status": "running", "ExitCode": 0}, "RestartCount": 1}
+EXITED = {"State": {"Status": "exited", "ExitCode": 3}, "RestartCount": 1}
+LOGS = frame(1, b"INFO starting vLLM\n") + frame(2, b"ModuleNotFoundError: vllm.entrypoints\n")
+
+
+def test_the_watch_asks_the_engine_and_takes_its_log_stream_apart(unix_http_server):
+    unix_http_server.sequence_route(
+        "/containers/aic-vllm/json", [(200, json.dumps(RUNNING)), (200, json.dumps(EXITED))]
+    )
+    unix_http_server.route("/containers/aic-vllm/logs", body=LOGS, content_type="application/vnd.docker.raw-stream")
+    watch = ContainerWatch("aic-vllm", docker_host=unix_http_server.docker_host)
+    assert watch.restarts_at_start == 1
+    assert watch.check() == (
+        "its container exited (exit code 3); its last log lines: INFO starting vLLM | "
+        "ModuleNotFoundError: vllm.entrypoints"
+    )
+    (req,) = unix_http_server.calls("/containers/aic-vllm/logs")
+    assert sorted(req.query.split("&")) == ["stderr=1", "stdout=1", "tail=60"]
+    assert watch.health() is None
+
+
+def test_a_running_container_is_not_down_and_its_logs_are_not_asked_for(unix_http_server):
+    unix_http_server.json_route("/containers/aic-vllm/json", RUNNING)
+    watch = ContainerWatch("aic-vllm", docker_host=unix_http_server.docker_host)
+    assert watch.check() is None
+    assert unix_http_server.calls("/containers/aic-vllm/logs") == []
+
+
+def test_an_unknown_container_is_an_error_naming_it(unix_http_server):
+    with pytest.raises(DockerAPIError, match="no such container: aic-gone") as err:
+        ContainerWatch("aic-gone", docker_host=unix_http_server.docker_host)
+    assert err.value.status == 404
+
+
+def test_the_module_fails_at_once_naming_the_exit_the_engine_reports(unix_http_server, closed_port, run_module):
+    unix_http_server.sequence_route(
+        "/containers/aic-vllm/json", [(200, json.dumps(RUNNING)), (200, json.dumps(EXITED))]
+    )
+    unix_http_server.route("/containers/aic-vllm/logs", body=LOGS, content_type="application/vnd.docker.raw-stream")
+    args = {"url": f"http://127.0.0.1:{closed_port}", "model": "m", "wait_timeout": 60, "container": "aic-vllm"}
+    start = time.monotonic()
+    result = run_module(vllm_health, {**args, "docker_host": unix_http_server.docker_host})
+    assert result.failed
+    assert "waiting cannot help: its container exited (exit code 3)" in result["msg"], result["msg"]
+    assert "ModuleNotFoundError: vllm.entrypoints" in result["msg"]
+    assert time.monotonic() - start < 20
+
+
+def test_the_module_names_a_container_the_engine_does_not_know(unix_http_server, closed_port, run_module):
+    args = {"url": f"http://127.0.0.1:{closed_port}", "model": "m", "container": "aic-gone"}
+    result = run_module(vllm_health, {**args, "docker_host": unix_http_server.docker_host})
+    assert result.failed
+    assert "cannot inspect its container 'aic-gone': no such container: aic-gone" in result["msg"], result["msg"]
+
+
+# -- against the real engine ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
