@@ -180,8 +180,8 @@ STAND_IN_INSPECT = {
 }
 
 
-def _stand_in(server, saved=b"", inspect=STAND_IN_INSPECT):
-    server.json_route(docker_api.path("/images/{}/json", STAND_IN_IMAGE), inspect)
+def _stand_in(server, saved=b"", inspect=None):
+    server.json_route(docker_api.path("/images/{}/json", STAND_IN_IMAGE), inspect or STAND_IN_INSPECT)
     server.route("/images/get", body=saved, content_type="application/x-tar")
 
 

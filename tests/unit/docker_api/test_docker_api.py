@@ -172,7 +172,7 @@ def test_save_image_streams_the_named_tarball_and_a_missing_image_raises(unix_ht
 
 def test_load_image_streams_an_iterable_body_chunked(unix_http_server):
     unix_http_server.route("/images/load", body='{"stream":"Loaded"}\n', content_type="application/json", method="POST")
-    blocks = [os.urandom(100_000) for _ in range(5)]
+    blocks = [os.urandom(100_000) for _index in range(5)]
     DockerAPI(unix_http_server.docker_host).load_image(iter(blocks))
     (req,) = unix_http_server.calls("/images/load", "POST")
     assert req.chunked and req.complete and "Content-Length" not in req.headers
