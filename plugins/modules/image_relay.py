@@ -203,7 +203,7 @@ def engine_has_image(image_id, docker_host=None, timeout=30):
     """Ask the Docker engine's API (GET /images/<id>/json) whether it has ``image_id``.
 
     One HTTP request on the engine's socket (module_utils/docker_api): the relays of every node ask at the same
-    moment, and importing the docker SDK in each would cost more CPU than the question (the load, later, uses it).
+    moment; the load, later, is image_load's streamed request on the same client.
     """
     return DockerAPI(docker_host, timeout=timeout).exists(docker_path("/images/{}/json", image_id))
 
