@@ -1,4 +1,4 @@
-"""Lint of the provisioned Grafana dashboard (roles/monitoring/files/grafana/dashboards/aic-stack.json).
+"""Lint of the provisioned Grafana dashboard (roles/grafana/files/dashboards/aic-stack.json).
 
 1. Structure: unique panel ids, panels inside the 24-column grid and not overlapping, every panel titled and with a
    unit, every target on the ``${datasource}`` variable.
@@ -34,11 +34,13 @@ from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
 
 HERE = pathlib.Path(__file__).parent
 REPO = HERE.parents[2]
-ROLE = REPO / "roles" / "monitoring"
-DASHBOARD = ROLE / "files" / "grafana" / "dashboards" / "aic-stack.json"
-PROVIDER = ROLE / "files" / "grafana" / "provisioning" / "dashboards" / "aic.yml"
+ROLE = REPO / "roles" / "grafana"
+DASHBOARD = ROLE / "files" / "dashboards" / "aic-stack.json"
+PROVIDER = ROLE / "files" / "provisioning" / "dashboards" / "aic.yml"
 DATASOURCE_TEMPLATE = ROLE / "templates" / "grafana-datasource.yml.j2"
-GRAFANA_TASKS = ROLE / "tasks" / "grafana.yml"
+GRAFANA_TASKS = ROLE / "tasks" / "main.yml"
+GRAFANA_CONFIGURE = ROLE / "tasks" / "configure.yml"
+GRAFANA_RUN = ROLE / "tasks" / "run.yml"
 ROLE_VARS = ROLE / "vars" / "main.yml"
 KNOWN_METRICS = HERE / "known_metrics.txt"
 PROMETHEUS = shutil.which("prometheus") or (
@@ -379,9 +381,8 @@ def render_datasource(inputs=None):
 def grafana_mount_targets():
     """Container paths the Grafana task mounts, resolved through the role's vars."""
     role_vars = yaml.safe_load(ROLE_VARS.read_text())
-    tasks = yaml.safe_load(GRAFANA_TASKS.read_text())
-    run = next(t for t in tasks[0]["block"] if "community.docker.docker_container" in t)
-    mounts = run["vars"]["_monitoring_grafana_mounts"]
+    run = next(t for t in yaml.safe_load(GRAFANA_RUN.read_text()) if "community.docker.docker_container" in t)
+    mounts = run["vars"]["_grafana_mounts"]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     return {env.from_string(m["target"]).render(**role_vars): m for m in mounts}
 
@@ -395,7 +396,7 @@ def test_dashboard_provider_points_at_the_mounted_dashboards():
     path = prov["options"]["path"]
     assert path in mounts and mounts[path]["read_only"] is True
     assert mounts[path]["source"].endswith("/dashboards")
-    provisioning = yaml.safe_load(ROLE_VARS.read_text())["_monitoring_grafana_provisioning"]
+    provisioning = yaml.safe_load(ROLE_VARS.read_text())["_grafana_provisioning"]
     assert mounts[provisioning]["read_only"] is True
 
 
@@ -410,12 +411,17 @@ def test_datasource_points_at_the_stacks_prometheus():
 
 
 def test_grafana_task_installs_the_files_the_provider_and_the_test_read():
-    tasks = yaml.safe_load(GRAFANA_TASKS.read_text())
-    block = tasks[0]["block"]
-    sources = {t["ansible.builtin.copy"]["src"] for t in block if "ansible.builtin.copy" in t}
-    assert sources == {"grafana/provisioning/dashboards/aic.yml", "grafana/dashboards/aic-stack.json"}
+    configure = yaml.safe_load(GRAFANA_CONFIGURE.read_text())
+    sources = {t["ansible.builtin.copy"]["src"] for t in configure if "ansible.builtin.copy" in t}
+    assert sources == {"provisioning/dashboards/aic.yml", "dashboards/aic-stack.json"}
     for src in sources:
         assert (ROLE / "files" / src).is_file()
-    templates = {t["ansible.builtin.template"]["src"] for t in block if "ansible.builtin.template" in t}
+    templates = {t["ansible.builtin.template"]["src"] for t in configure if "ansible.builtin.template" in t}
     assert templates == {"grafana-datasource.yml.j2"}
-    assert tasks[0]["rescue"], "a failing Grafana must be rescued (Prometheus keeps running)"
+    # One rescue covers every step (configure, install, run): a failing Grafana leaves Prometheus running.
+    (main,) = yaml.safe_load(GRAFANA_TASKS.read_text())
+    steps = [t.get("ansible.builtin.import_tasks") for t in main["block"]]
+    assert steps == ["configure.yml", "install.yml", "run.yml"]
+    assert main["rescue"], "a failing Grafana must be rescued (Prometheus keeps running)"
+    fail = next(t for t in main["rescue"] if "ansible.builtin.fail" in t)
+    assert fail["when"] == "grafana_required | bool"

@@ -66,7 +66,7 @@ def test_the_role_entry_points_have_argument_specs():
 
 
 def test_an_exporter_without_its_image_is_skipped_by_name_not_failed():
-    image = yaml.safe_load((ROLE / "tasks" / "exporter_image.yml").read_text())
+    image = yaml.safe_load((REPO / "roles" / "exporter" / "tasks" / "image.yml").read_text())
     (block,) = image
     assert block["rescue"], "a missing exporter image must be rescued (skipped), never fail the node"
     names = [t["name"] for t in block["block"]]
@@ -74,13 +74,51 @@ def test_an_exporter_without_its_image_is_skipped_by_name_not_failed():
     look, refuse, pull = (names.index(n) for n in names if "given image" in n or "Refuse" in n or "Pull" in n)
     assert look < refuse < pull
     pull_task = block["block"][pull]
-    assert "_monitoring_image_info.images | length == 0" in pull_task["when"]
+    assert "_exporter_image_info.images | length == 0" in pull_task["when"]
     decide = yaml.safe_load((ROLE / "tasks" / "decide.yml").read_text())
     line = next(t for t in decide if t["name"].startswith("Say which exporters this node skips"))
     assert (
         "skipping {{ _monitoring_unavailable | map(attribute='name') | join(', ') }}"
         in line["ansible.builtin.debug"]["msg"]
     )
+    # What the exporter roles' helper records is what the monitoring role reads.
+    role_vars = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())
+    assert role_vars["_monitoring_unavailable"] == "{{ exporter_unavailable | default([]) }}"
+    assert role_vars["_monitoring_images"] == "{{ exporter_images | default({}) }}"
+
+
+def test_each_exporter_role_is_included_with_its_inputs_and_only_where_planned():
+    decide = yaml.safe_load((ROLE / "tasks" / "decide.yml").read_text())
+    run = yaml.safe_load((ROLE / "tasks" / "run_exporters.yml").read_text())
+    for tasks, entry, listed in ((decide, "install", "_monitoring_enabled"), (run, "run", "_monitoring_planned")):
+        included = [t for t in tasks if "ansible.builtin.include_role" in t]
+        assert [t["ansible.builtin.include_role"]["name"] for t in included] == ["node_exporter", "amd_metrics_exporter"]
+        for task in included:
+            name = task["ansible.builtin.include_role"]["name"]
+            assert task["ansible.builtin.include_role"]["tasks_from"] == entry
+            assert task["when"] == f"'{name}' in {listed} | map(attribute='name')"
+            assert task["vars"][f"{name}_docker_host"] == "{{ _monitoring_docker_host }}"
+            if entry == "install":
+                assert task["vars"][f"{name}_image_pull"] == "{{ monitoring_image_pull }}"
+
+
+def test_one_rescue_serves_every_exporter_container():
+    """The exporter roles give only what differs (host PID, command, devices, mounts); the container boilerplate and
+    the rescue (recorded, said, never failing the node) are the internal exporter role's, written once."""
+    (helper,) = yaml.safe_load((REPO / "roles" / "exporter" / "tasks" / "run.yml").read_text())
+    (container,) = helper["block"]
+    assert container["community.docker.docker_container"]["labels"]["ai.aic.service"] == "{{ _exporter_service }}"
+    record, say = helper["rescue"]
+    assert "exporter_failed" in record["ansible.builtin.set_fact"]
+    assert say["name"] == "Say that the exporter did not start"
+    assert "Prometheus keeps running without it" in say["ansible.builtin.debug"]["msg"]
+    for role, service in (("node_exporter", "node-exporter"), ("amd_metrics_exporter", "amd-metrics-exporter")):
+        tasks = yaml.safe_load((REPO / "roles" / role / "tasks" / "run.yml").read_text())
+        (include,) = [t for t in tasks if "ansible.builtin.include_role" in t]
+        assert include["ansible.builtin.include_role"]["name"] == "exporter"
+        assert include["ansible.builtin.include_role"]["tasks_from"] == "run"
+        assert include["vars"]["_exporter_name"] == role and include["vars"]["_exporter_service"] == service
+        assert not any("rescue" in t for t in tasks), f"{role}: the rescue is the exporter role's"
 
 
 def test_given_images_are_not_pulled_where_the_site_distributes_them():

@@ -1,4 +1,4 @@
-"""The monitoring role's rules and scrape config, checked by the real promtool (Debian's prometheus package).
+"""The prometheus role's rules and scrape config, checked by the real promtool (Debian's prometheus package).
 
 The rules file is a Jinja template (the slab-disk alert names the slab directory's filesystem); it is rendered
 here the way the role renders it, then checked with ``promtool check rules`` and unit-tested with
@@ -21,20 +21,20 @@ from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
 
 HERE = pathlib.Path(__file__).parent
 REPO = HERE.parents[2]
-TEMPLATE = REPO / "roles" / "monitoring" / "templates" / "aic-rules.yml.j2"
+TEMPLATE = REPO / "roles" / "prometheus" / "templates" / "aic-rules.yml.j2"
 PROMTOOL = shutil.which("promtool")
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian package prometheus) is not installed")
 
 
 def render_rules(slab_dir="/var/lib/aic/slab/nvme/lmcache", mountpoint="/var/lib/aic", ratio=0.1):
-    """The rules as roles/monitoring/tasks/configure.yml renders them; ``mountpoint`` may list every node's."""
+    """The rules as roles/prometheus/tasks/configure.yml renders them; ``mountpoint`` may list every node's."""
     mountpoints = [mountpoint] if isinstance(mountpoint, str) else list(mountpoint)
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     return env.from_string(TEMPLATE.read_text()).render(
-        _monitoring_slab_dir=slab_dir,
-        _monitoring_slab_mountpoint=", ".join(mountpoints),
-        _monitoring_slab_matcher=label_matcher(mountpoints, "mountpoint"),
-        monitoring_slab_free_ratio_alert=ratio,
+        _prometheus_slab_dir=slab_dir,
+        _prometheus_slab_mountpoint=", ".join(mountpoints),
+        _prometheus_slab_matcher=label_matcher(mountpoints, "mountpoint"),
+        prometheus_slab_free_ratio_alert=ratio,
     )
 
 

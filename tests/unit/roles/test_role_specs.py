@@ -3,7 +3,8 @@ Ansible roles run in CI), so ``ansible-doc -t role`` and argument validation des
 
 The rules, for every role under ``roles/``:
 
-1. The role has ``meta/argument_specs.yml`` with the entry point ``main``, and every entry point ``<ep>`` is a
+1. The role has ``meta/argument_specs.yml`` with the entry point ``main`` (except an internal role recorded in
+   ``INTERNAL_ROLES``: only other roles include it, with ``tasks_from``), and every entry point ``<ep>`` is a
    ``tasks/<ep>.yml`` (what ``tasks_from: <ep>`` runs), except a schema recorded in ``SCHEMA_ENTRY_POINTS``.
 2. Every variable of ``defaults/main.yml`` is public and named ``<role>_...``.
 3. Every variable of ``defaults/main.yml`` is an option of at least one entry point, and of every entry point whose
@@ -45,6 +46,16 @@ SCHEMA_ENTRY_POINTS = {
     ("preflight", "inputs"): (
         "the aic_* inputs, typed: the aic.stack.plan action validates them with ArgumentSpecValidator after the "
         "empty-means-default step; as a role entry point, Ansible's validation would refuse '' (the default) for an int"
+    ),
+}
+
+# Internal roles (prometheus-community's ``_common`` pattern; ansible-lint's role-name rule refuses the leading
+# underscore, so the name says it): included by other roles with ``tasks_from`` and explicit ``_<role>_*`` variables,
+# never run on their own, hence no ``main``. Why each one exists.
+INTERNAL_ROLES = {
+    "exporter": (
+        "the image and the container of one exporter, with the one rescue of every exporter: the node_exporter and "
+        "amd_metrics_exporter roles include its image and run entry points"
     ),
 }
 
@@ -162,7 +173,8 @@ def _walk_options(options: dict, path: str = ""):
 def test_role_has_argument_specs_with_main_and_a_task_file_per_entry_point(role):
     specs = _specs(role)
     assert (ROLES_DIR / role / "meta" / "argument_specs.yml").is_file(), f"{role}: no meta/argument_specs.yml"
-    assert "main" in specs, f"{role}: argument_specs.yml has no entry point main"
+    assert "main" in specs or role in INTERNAL_ROLES, f"{role}: argument_specs.yml has no entry point main"
+    assert "main" not in specs or role not in INTERNAL_ROLES, f"{role}: an internal role has no main"
     missing = [e for e in specs if not (ROLES_DIR / role / "tasks" / f"{e}.yml").is_file()]
     assert not [e for e in missing if (role, e) not in SCHEMA_ENTRY_POINTS], (
         f"{role}: entry points without tasks/<entry>.yml: {missing}"
@@ -242,11 +254,23 @@ def test_every_option_has_a_type_and_raw_only_with_a_reason(role):
 def test_the_analysis_follows_includes_templates_vars_and_templated_names():
     # Guards rule 3 against reading nothing: known reads through each way a variable reaches an entry point.
     monitoring = _read_by_entry_points("monitoring")
-    # server.yml -> import grafana_switch.yml -> include grafana.yml
+    # server.yml -> import grafana.yml -> the grafana role's input grafana_volume
     assert "monitoring_grafana_volume" in monitoring["server"]
-    # server.yml -> configure.yml -> template aic-rules.yml.j2
+    # server.yml -> the prometheus role's input prometheus_slab_free_ratio_alert
     assert "monitoring_slab_free_ratio_alert" in monitoring["server"]
+    # exporters.yml -> import decide.yml -> the exporter roles' install inputs
+    assert "monitoring_image_pull" in monitoring["exporters"]
     assert monitoring["report"] == set()
+    prometheus = _read_by_entry_points("prometheus")
+    # configure.yml -> template aic-rules.yml.j2
+    assert "prometheus_slab_free_ratio_alert" in prometheus["configure"]
+    # main.yml -> import run.yml
+    assert {"prometheus_volume", "prometheus_retention"} <= prometheus["main"]
+    assert "prometheus_volume" not in prometheus["configure"]
+    # amd_metrics_exporter's run.yml -> import configure.yml; its install only pulls
+    amd = _read_by_entry_points("amd_metrics_exporter")
+    assert "amd_metrics_exporter_image_pull" in amd["install"]
+    assert "amd_metrics_exporter_image_pull" not in amd["run"]
     health = _read_by_entry_points("health")
     assert {"health_cluster_nodes", "health_cluster_exporters"} <= health["cluster"]
     assert "health_cluster_nodes" not in health["main"]
