@@ -157,7 +157,7 @@ DEFAULTS = {
     "aic_node_exporter_port": 9100,
     "aic_amd_metrics_exporter_image": "rocm/device-metrics-exporter:v1.5.1",
     "aic_amd_metrics_exporter_port": 5000,
-    # Optional Grafana (roles/monitoring/tasks/grafana.yml) with the provisioned aic-stack dashboard.
+    # Optional Grafana (roles/grafana, run by roles/monitoring) with the provisioned aic-stack dashboard.
     "aic_grafana_enabled": False,
     "aic_grafana_image": "grafana/grafana:13.1.3",
     "aic_grafana_port": 3000,

@@ -18,6 +18,7 @@ import os
 import pathlib
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -309,3 +310,32 @@ def test_prometheus_only_runs_no_exporter(normal, tmp_path):
     assert check.status == "successful", failures(check)
     again = normal.run("prometheus_only")
     assert changed_tasks(again) == []
+
+
+def test_an_exporter_that_cannot_start_is_reported_not_scraped_and_prometheus_keeps_serving(normal, tmp_path):
+    """node-exporter's port is taken on the host: its container cannot start. The exporter's rescue (one helper for
+    every exporter) records and reports it, the scrape config leaves it out and Prometheus keeps serving; with
+    aic_monitoring_mode=full the node then fails, naming it and the engine's reason."""
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    taken.bind(("0.0.0.0", 19293))
+    taken.listen(1)
+    busy = Deployment(normal.factory, normal.base_ref, "busy", {**NORMAL_PORTS, "aic_node_exporter_port": 19293})
+    try:
+        runner = busy.run("auto")
+        assert runner.status == "successful", failures(runner)
+        (line,) = debug_lines(runner, "Say that the exporter did not start")
+        assert "node-exporter did not start" in line and "Prometheus keeps running without it" in line, line
+        assert "node_exporter" not in busy.scrape_jobs()
+        prometheus = container_state(f"{STACK}-prometheus")
+        assert prometheus and prometheus["State"]["Running"]
+        check = busy.targets(["prometheus"], tmp_path / "targets")
+        assert check.status == "successful", failures(check)
+
+        full = busy.run("full")
+        assert full.status == "failed"
+        messages = failures(full)
+        assert any("aic_monitoring_mode=full, but node_exporter did not start" in m for m in messages), messages
+        assert container_state(f"{STACK}-prometheus")["State"]["Running"]
+    finally:
+        taken.close()
