@@ -61,18 +61,28 @@ def test_spur_leaves_grafana_off():
 
 def test_the_role_runs_grafana_only_when_enabled_and_after_the_exporters():
     tasks = yaml.safe_load((REPO / "roles" / "monitoring" / "tasks" / "main.yml").read_text())
-    steps = [t.get("ansible.builtin.import_tasks") or t["ansible.builtin.include_role"].get("tasks_from") for t in tasks]
+    steps = [
+        t.get("ansible.builtin.import_tasks") or t["ansible.builtin.include_role"].get("tasks_from") for t in tasks
+    ]
     assert steps.index("run") < steps.index("run_exporters.yml") < steps.index("grafana.yml")
     server = yaml.safe_load((REPO / "roles" / "monitoring" / "tasks" / "server.yml").read_text())
-    assert server[0]["ansible.builtin.include_role"] == {"name": "prometheus", "apply": {"tags": ["monitoring", "monitoring_run"]}}
+    assert server[0]["ansible.builtin.include_role"] == {
+        "name": "prometheus",
+        "apply": {"tags": ["monitoring", "monitoring_run"]},
+    }
     assert server[-1]["ansible.builtin.import_tasks"] == "grafana.yml"
     switch = yaml.safe_load((REPO / "roles" / "monitoring" / "tasks" / "grafana.yml").read_text())
     run, remove = switch
-    assert run["ansible.builtin.include_role"]["name"] == "grafana" and "tasks_from" not in run["ansible.builtin.include_role"]
+    assert (
+        run["ansible.builtin.include_role"]["name"] == "grafana"
+        and "tasks_from" not in run["ansible.builtin.include_role"]
+    )
     assert run["when"] == "aic_plan.monitoring.grafana.enabled"
     # aic_monitoring_mode=full: a Grafana that does not start fails the host (the grafana role's grafana_required).
     assert run["vars"]["grafana_required"] == "{{ aic_plan.monitoring.mode == 'full' }}"
     assert remove["ansible.builtin.include_role"] == {
-        "name": "grafana", "tasks_from": "remove", "apply": {"tags": ["monitoring", "monitoring_run"]}
+        "name": "grafana",
+        "tasks_from": "remove",
+        "apply": {"tags": ["monitoring", "monitoring_run"]},
     }
     assert remove["when"] == "not aic_plan.monitoring.grafana.enabled"

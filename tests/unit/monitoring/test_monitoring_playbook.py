@@ -92,7 +92,10 @@ def test_each_exporter_role_is_included_with_its_inputs_and_only_where_planned()
     run = yaml.safe_load((ROLE / "tasks" / "run_exporters.yml").read_text())
     for tasks, entry, listed in ((decide, "install", "_monitoring_enabled"), (run, "run", "_monitoring_planned")):
         included = [t for t in tasks if "ansible.builtin.include_role" in t]
-        assert [t["ansible.builtin.include_role"]["name"] for t in included] == ["node_exporter", "amd_metrics_exporter"]
+        assert [t["ansible.builtin.include_role"]["name"] for t in included] == [
+            "node_exporter",
+            "amd_metrics_exporter",
+        ]
         for task in included:
             name = task["ansible.builtin.include_role"]["name"]
             assert task["ansible.builtin.include_role"]["tasks_from"] == entry
