@@ -232,7 +232,7 @@ def node_expected_targets(plan, node):
 
 
 def local_builds(plan, part):
-    """Monitoring images this host builds FROM the base image (so it needs ``image_build_base_ref``).
+    """Monitoring images this host builds FROM the base image (so it needs ``release_base_ref``).
 
     ``part`` is ``server`` (Prometheus, on the monitoring host) or ``exporters`` (on every node). An image given in
     the plan (the rocm flavour's upstream images) is never built.

@@ -191,7 +191,7 @@ class Deployment:
             "aic_monitoring_mode": mode,
             "aic_docker_host": self.docker_host,
             "aic_prometheus_scrape_interval": "2s",
-            "image_build_base_ref": self.base_ref,
+            "release_base_ref": self.base_ref,
             **self.ports,
         }
         return run_playbook(PLAYBOOK, self.factory.mktemp("run"), extravars=extravars)

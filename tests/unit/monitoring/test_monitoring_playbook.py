@@ -26,9 +26,9 @@ def includes(play):
 def test_exporters_on_every_node_then_prometheus_on_the_monitoring_host_then_the_full_mode_report():
     nodes, server, report = plays()
     assert nodes["hosts"] == "aic_nodes"
-    assert includes(nodes) == [("preflight", "main"), ("image_build", "resolve"), ("monitoring", "exporters")]
+    assert includes(nodes) == [("preflight", "main"), ("release", "main"), ("monitoring", "exporters")]
     assert server["hosts"] == "aic_monitoring"
-    assert includes(server) == [("preflight", "main"), ("image_build", "resolve"), ("monitoring", "server")]
+    assert includes(server) == [("preflight", "main"), ("release", "main"), ("monitoring", "server")]
     assert report["hosts"] == "aic_nodes"
     assert includes(report) == [("monitoring", "report")]
 
@@ -52,7 +52,7 @@ def test_the_base_image_is_resolved_only_where_a_monitoring_image_is_built_from_
     nodes, server, _dummy = plays()
     for play, part in ((nodes, "exporters"), (server, "server")):
         resolve = next(
-            t for t in play["tasks"] if t.get("ansible.builtin.include_role", {}).get("name") == "image_build"
+            t for t in play["tasks"] if t.get("ansible.builtin.include_role", {}).get("name") == "release"
         )
         assert f"aic_plan | aic.stack.monitoring_local_builds('{part}') | length > 0" in resolve["when"]
 
@@ -62,7 +62,7 @@ def test_the_role_entry_points_have_argument_specs():
     assert set(specs) == {"main", "exporters", "server", "report"}
     for name in specs:
         assert (ROLE / "tasks" / f"{name}.yml").is_file()
-    assert not specs["main"]["options"]["image_build_base_ref"].get("required", False)
+    assert not specs["main"]["options"]["release_base_ref"].get("required", False)
 
 
 def test_an_exporter_without_its_image_is_skipped_by_name_not_failed():
