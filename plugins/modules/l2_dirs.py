@@ -22,7 +22,7 @@ description:
     RV(blocked_dirs). When only that hand-over is denied, the user still creates the missing parents, owned by
     itself (with O(mode), and O(group) if it is a member), so that it can reach the directory on later runs.
   - With O(run_as=sudo) the task runs as root through privilege escalation (C(become), in the
-    C(aic.stack.nvme_slab) role C(sudo)) and creates or fixes every directory of O(paths); nothing is blocked.
+    C(aic.stack.l2_dirs) role C(sudo)) and creates or fixes every directory of O(paths); nothing is blocked.
   - >-
     With O(clean_stale_slots), removes stale NIXL POSIX slot files (C(*.bin): regular, not hidden, top level only)
     from O(stale_slot_dirs) that existed before. Slots left over from an earlier LMCache run make NIXL fail with
@@ -87,7 +87,7 @@ options:
 notes:
   - Uses only the Python standard library. A directory behind one the user cannot search reads as missing, and the
     one it cannot search is named in RV(blocked).
-  - The role C(aic.stack.nvme_slab) runs it without C(become), then with C(become) for RV(blocked_dirs) when
+  - The role C(aic.stack.l2_dirs) runs it without C(become), then with C(become) for RV(blocked_dirs) when
     passwordless sudo works, and fails naming RV(blocked) and the C(sudo install -d) fix otherwise.
 """
 

@@ -42,7 +42,7 @@ def test_a_phase_tag_picks_that_roles_tasks_only(tmp_path):
     play = tmp_path / "play.yml"
     play.write_text(
         yaml.safe_dump(
-            [{"name": "Two roles", "hosts": "localhost", "gather_facts": False, "roles": ["nvme_slab", "vllm"]}]
+            [{"name": "Two roles", "hosts": "localhost", "gather_facts": False, "roles": ["l2_dirs", "vllm"]}]
         )
     )
     out = subprocess.run(
@@ -53,4 +53,4 @@ def test_a_phase_tag_picks_that_roles_tasks_only(tmp_path):
     listed = [line.strip() for line in out.splitlines() if " : " in line]
     vllm = [line for line in listed if line.startswith("vllm : ") and "Validating arguments" not in line]
     assert vllm and all("vllm_run" in line for line in vllm), out
-    assert not [line for line in listed if line.startswith("nvme_slab : ") and "Validating arguments" not in line], out
+    assert not [line for line in listed if line.startswith("l2_dirs : ") and "Validating arguments" not in line], out
