@@ -17,6 +17,9 @@ if [[ -z "$tag" ]]; then
   exit 2
 fi
 export AIC_BASE_IMAGE="aic-base:$tag"
+# The cpu stack image (the newest on the engine) for the scenarios that run LMCache or vLLM from it.
+stack_tag=$(docker images aic-stack-cpu --format '{{.Tag}}' | grep -vx '<none>' | head -n 1 || true)
+export AIC_STACK_IMAGE="aic-stack-cpu:${stack_tag:-missing}"
 # Scenarios live in molecule/, not in the collection layout's extensions/molecule/.
 export MOLECULE_GLOB="molecule/*/molecule.yml"
 
@@ -34,6 +37,15 @@ if [[ " ${scenarios[*]} " == *" health "* ]] &&
   echo "molecule/run.sh: deploy it first: make deploy (or .venv/bin/ansible-playbook deploy.yml)" >&2
   exit 3
 fi
+
+NEEDS_STACK_IMAGE=" lmcache vllm teardown "
+for scenario in "${scenarios[@]}"; do
+  if [[ "$NEEDS_STACK_IMAGE" == *" $scenario "* && -z "$stack_tag" ]]; then
+    echo "molecule/run.sh: scenario $scenario runs the cpu stack image, but no aic-stack-cpu image is on this engine." >&2
+    echo "molecule/run.sh: build it first: make deploy (or .venv/bin/ansible-playbook deploy.yml)" >&2
+    exit 3
+  fi
+done
 
 ALONE=" image_distribute "
 jobs_max=${MOLECULE_JOBS:-2}
