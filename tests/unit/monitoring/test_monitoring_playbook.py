@@ -51,9 +51,7 @@ def test_the_monitoring_host_is_named_by_the_filter_and_scrapes_every_planned_no
 def test_the_base_image_is_resolved_only_where_a_monitoring_image_is_built_from_it():
     nodes, server, _dummy = plays()
     for play, part in ((nodes, "exporters"), (server, "server")):
-        resolve = next(
-            t for t in play["tasks"] if t.get("ansible.builtin.include_role", {}).get("name") == "release"
-        )
+        resolve = next(t for t in play["tasks"] if t.get("ansible.builtin.include_role", {}).get("name") == "release")
         assert f"aic_plan | aic.stack.monitoring_local_builds('{part}') | length > 0" in resolve["when"]
 
 
