@@ -38,7 +38,7 @@ if [[ " ${scenarios[*]} " == *" health "* ]] &&
   exit 3
 fi
 
-NEEDS_STACK_IMAGE=" lmcache vllm teardown "
+NEEDS_STACK_IMAGE=" lmcache vllm teardown health "
 for scenario in "${scenarios[@]}"; do
   if [[ "$NEEDS_STACK_IMAGE" == *" $scenario "* && -z "$stack_tag" ]]; then
     echo "molecule/run.sh: scenario $scenario runs the cpu stack image, but no aic-stack-cpu image is on this engine." >&2
