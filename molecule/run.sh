@@ -31,13 +31,6 @@ if [[ ${#scenarios[@]} -eq 0 ]]; then
 fi
 
 # Check preconditions before spending minutes on the other scenarios.
-if [[ " ${scenarios[*]} " == *" health "* ]] &&
-   [[ "$(docker inspect --format '{{.State.Running}}' aic-vllm 2>/dev/null || true)" != true ]]; then
-  echo "molecule/run.sh: scenario health needs the local stack, but container aic-vllm is not running." >&2
-  echo "molecule/run.sh: deploy it first: make deploy (or .venv/bin/ansible-playbook deploy.yml)" >&2
-  exit 3
-fi
-
 NEEDS_STACK_IMAGE=" lmcache vllm teardown health "
 for scenario in "${scenarios[@]}"; do
   if [[ "$NEEDS_STACK_IMAGE" == *" $scenario "* && -z "$stack_tag" ]]; then

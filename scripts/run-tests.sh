@@ -62,9 +62,9 @@ step "integration tests: the rehearsal cluster beside the unit tests, the light 
 # run in the background beside the unit tests, the light modules (and the molecule scenarios that need no stack),
 # which mostly wait on links, builds and jobs: the rehearsal is the longest lane, the unit tests fill the other one.
 # The local stack's modules run afterwards, alone: their vLLMs and the rehearsal's would starve each other on two
-# cores. The rehearsal's output comes in one piece when it ended. Molecule's health scenario runs in the light lane,
-# against the default local stack deployed above (no light module touches it), so the local stack's part may end with
-# the stack its last module left.
+# cores. The rehearsal's output comes in one piece when it ended. Molecule's scenarios that need no vLLM fill the light
+# lane up to the rehearsal's length; those that start vLLM (each on its own stack name and ports, on this engine) run
+# after the local stack's modules, two at a time; image_distribute last, alone (its relay's timeouts are seconds).
 pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
@@ -73,12 +73,12 @@ step "unit tests (beside the rehearsal)"
 pytest -q tests/unit --durations=10 || light_rc=$?
 step "integration tests: the light modules (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
-step "molecule: the scenarios that need no stack, and health on the default local stack (beside the rehearsal)"
-[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image l2_dirs l2_dirs_nosudo release health || light_rc=$?; }
+step "molecule: the scenarios that start no vLLM (beside the rehearsal)"
+[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image l2_dirs l2_dirs_nosudo release node_exporter || light_rc=$?; }
 join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
 step "integration tests on the real local stack"
 pytest -q tests/integration --part=stack --durations=30
-step "molecule: the scenarios that run alone (timing-sensitive)"
-molecule/run.sh image_distribute
+step "molecule: the scenarios that start vLLM (two at a time), then image_distribute alone"
+MOLECULE_JOBS=2 molecule/run.sh prometheus lmcache vllm health image_distribute
 step "done"

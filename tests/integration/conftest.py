@@ -27,8 +27,8 @@ LOCAL_INVENTORY = REPO / "inventories" / "local"
 # their alphabetical order). The first three only need the default stack up and healthy and share it
 # (``default_stack``); test_l2_zero_causes starts from it and changes it. The last two change the stack whatever it
 # was (test_vllm_instances ends with a teardown; test_cliff_bench leaves its last arm). AIC_TEST_LEAVE_DEFAULT_STACK=1
-# ends the session by deploying the default stack again (scripts/run-tests.sh does not need it: molecule's health
-# scenario runs earlier, against the stack the CI's first deploy left).
+# ends the session by deploying the default stack again (scripts/run-tests.sh does not need it: molecule's
+# scenarios deploy stacks of their own).
 STACK_MODULES = (
     "test_local_stack",
     "test_l2_tier",
@@ -296,7 +296,7 @@ def default_stack(local_stack):
 @pytest.fixture(scope="session", autouse=True)
 def leave_the_default_stack(request, local_stack):
     """AIC_TEST_LEAVE_DEFAULT_STACK=1: a session that passed ends with the default stack up, deployed only when the
-    last stack module did not leave it (for what runs against it next, e.g. molecule's health scenario)."""
+    last stack module did not leave it (for what runs against it next)."""
     yield
     if os.environ.get("AIC_TEST_LEAVE_DEFAULT_STACK") == "1" and not request.session.testsfailed:
         local_stack.ensure()

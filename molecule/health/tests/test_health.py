@@ -1,4 +1,4 @@
-"""From inside an instance on the stack network, the services the health role checked really serve.
+"""From the node (the instance shares the host's network), the services the health role checked really serve.
 
 Behaviour through the services (a completion, metrics, Prometheus targets up), not files and sockets.
 """
@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-VLLM = "http://aic-vllm:8000"
-LMCACHE = "http://aic-lmcache:8080"
-PROMETHEUS = "http://aic-prometheus:9090"
+VLLM = "http://127.0.0.1:38000"
+LMCACHE = "http://127.0.0.1:38080"
+PROMETHEUS = "http://127.0.0.1:39390"
 
 
 def get_json(host, url, data=None):
@@ -41,7 +41,7 @@ def test_lmcache_healthcheck_and_metrics(host):
     assert host.run("curl -sf -o /dev/null %s/health", LMCACHE).rc != 0
 
 
-@pytest.mark.parametrize("job", ["prometheus", "vllm", "lmcache"])
+@pytest.mark.parametrize("job", ["prometheus", "vllm", "lmcache", "nixl", "node_exporter"])
 def test_prometheus_has_every_plan_job_up(host, job):
     targets = get_json(host, f"{PROMETHEUS}/api/v1/targets")["data"]["activeTargets"]
     health = {t["labels"]["job"]: t["health"] for t in targets}
