@@ -152,6 +152,13 @@ def test_a_second_rollout_waits_then_fails_naming_the_holder():
     assert bob.result("Release the rollout lock").get("skipped"), bob.results
     assert lock_record() == held
 
+    # A careless caller releases in `always` although its take failed: the role releases only a lock this run holds
+    # (a failed take carries the holder's token), so alice's lock stays.
+    carol = Rollout("carol@controller-c", rollout_lock_wait=0, rollout_test_release_always=True)
+    assert carol.finish() == 2
+    assert carol.result("Release the rollout lock").get("skipped"), carol.results
+    assert lock_record() == held
+
     # A dry run of a rollout meanwhile neither waits for the lock nor takes it.
     dry = Rollout("dave@controller-d", "--check", rollout_lock_wait=60)
     started = time.monotonic()

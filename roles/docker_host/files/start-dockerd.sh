@@ -7,7 +7,7 @@ LOG=${2:-/var/log/aic-dockerd.log}
 if docker -H "unix://$SOCK" version >/dev/null 2>&1; then
   exit 0
 fi
-setsid nohup dockerd >>"$LOG" 2>&1 </dev/null &
+setsid nohup dockerd -H "unix://$SOCK" >>"$LOG" 2>&1 </dev/null &
 i=0
 while [ $i -lt 60 ]; do
   if docker -H "unix://$SOCK" version >/dev/null 2>&1; then
