@@ -81,7 +81,7 @@ BAD_INPUTS = [
 ]
 
 
-@pytest.mark.parametrize(("extra", "message"), BAD_INPUTS, ids=[extra for extra, _ in BAD_INPUTS])
+@pytest.mark.parametrize(("extra", "message"), BAD_INPUTS, ids=[extra for extra, _message in BAD_INPUTS])
 def test_a_bad_input_stops_the_deploy_in_preflight_naming_the_variable(host, inventories, extra, message):
     rc, report = play(inventories, "deploy.yml", "-e", extra)
     assert rc == 2, report["stats"]
@@ -89,7 +89,7 @@ def test_a_bad_input_stops_the_deploy_in_preflight_naming_the_variable(host, inv
     assert set(ran) == {NODE, GHOST}, ran
     for node, tasks in ran.items():
         # On each node: the role's argument spec (no connection), then the plan failed; nothing else ran, in any play.
-        assert [name.split(" - ")[0] for name, _ in tasks] == [SPEC_TASK, PLAN_TASK], (node, tasks)
+        assert [name.split(" - ")[0] for name, _result in tasks] == [SPEC_TASK, PLAN_TASK], (node, tasks)
         result = tasks[-1][1]
         assert result.get("failed") and not result.get("unreachable"), (node, result)
         assert result["msg"].startswith("Invalid input: "), result["msg"]
