@@ -31,7 +31,7 @@ if [[ ${#scenarios[@]} -eq 0 ]]; then
 fi
 
 # Check preconditions before spending minutes on the other scenarios.
-NEEDS_STACK_IMAGE=" lmcache vllm teardown health "
+NEEDS_STACK_IMAGE=" lmcache vllm teardown health cliff_bench "
 for scenario in "${scenarios[@]}"; do
   if [[ "$NEEDS_STACK_IMAGE" == *" $scenario "* && -z "$stack_tag" ]]; then
     echo "molecule/run.sh: scenario $scenario runs the cpu stack image, but no aic-stack-cpu image is on this engine." >&2

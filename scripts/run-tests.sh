@@ -80,5 +80,5 @@ join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (
 step "integration tests on the real local stack"
 pytest -q tests/integration --part=stack --durations=30
 step "molecule: the scenarios that start vLLM (two at a time), then image_distribute alone"
-MOLECULE_JOBS=2 molecule/run.sh prometheus monitoring lmcache vllm health teardown amd_metrics_exporter grafana preflight rollout_lock docker_host image_distribute
+MOLECULE_JOBS=2 molecule/run.sh prometheus monitoring lmcache vllm health teardown cliff_bench amd_metrics_exporter grafana preflight rollout_lock docker_host image_distribute
 step "done"
