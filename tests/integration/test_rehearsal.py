@@ -341,6 +341,7 @@ class Load:
         self.stop = threading.Event()
         self.turn = {n: threading.Event() for n in NODES}
         self.healthy_at = {}
+        self.turn_at = {}
         self.threads = [threading.Thread(target=self.steady, args=(n,), daemon=True) for n in nodes]
         # Several long streams per node: when its vLLM gets SIGTERM, some long request sent well before is in flight.
         self.threads += [
@@ -374,6 +375,7 @@ class Load:
         data = event.get("event_data", {})
         if event.get("event") == "runner_on_ok" and data.get("host") in self.turn:
             if data.get("task") == TURN_STARTS:
+                self.turn_at[data["host"]] = time.time()
                 self.turn[data["host"]].set()
             elif data.get("task") == TURN_HEALTHY:
                 self.turn[data["host"]].clear()
@@ -391,10 +393,10 @@ class Load:
             t.join(timeout=150)
 
 
-def brief(results, t0):
+def brief(results, t0, most=6):
     """Load results, short enough for the tail of a CI log: kind, start-end in seconds after t0, outcome."""
-    return "; ".join(f"{r[1]} +{r[2] - t0:.2f}..+{r[3] - t0:.2f}s {r[4]}" for r in results[:6]) + (
-        f" (+{len(results) - 6} more)" if len(results) > 6 else ""
+    return "; ".join(f"{r[1]} +{r[2] - t0:.2f}..+{r[3] - t0:.2f}s {r[4]}" for r in results[:most]) + (
+        f" (+{len(results) - most} more)" if len(results) > most else ""
     )
 
 
@@ -465,7 +467,8 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     # The canary first: node1's new vLLM started before the others' were stopped.
     assert back["node1"][-1] < min(stopped["node2"][0], stopped["node3"][0]), (stopped, back)
     results = load.results
-    record = {"t0": t0, "t1": t1, "stopped": stopped, "back": back, "healthy_at": load.healthy_at, "results": results}
+    record = {"t0": t0, "t1": t1, "stopped": stopped, "back": back, "turn_at": load.turn_at, "healthy_at": load.healthy_at,
+              "results": results}  # fmt: skip
     (tmp / "load.json").write_text(json.dumps(record, indent=1))
     assert {r[0] for r in results if r[1] == "steady" and r[4] == "ok" and t0 <= r[2] <= t1} == set(NODES)
     assert sorted(load.healthy_at) == NODES, load.healthy_at
@@ -476,16 +479,19 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
         # moment before the recorded time already met a vLLM that refuses new ones.
         window = (stopped[node][0] - KILL_EVENT_SLACK, load.healthy_at[node])
         outside = [r for r in failed if not window[0] <= r[2] <= window[1]]
-        where = f"{node}: kill +{stopped[node][0] - t0:.1f}s, healthy +{window[1] - t0:.1f}s"
+        turn = load.turn_at.get(node, t0)
+        where = f"{node}: turn +{turn - t0:.1f}s, kill +{stopped[node][0] - t0:.1f}s, healthy +{window[1] - t0:.1f}s"
         assert not outside, f"{where}; failed outside: " + brief(outside, t0)
-        # The drain: every request in flight when vLLM got SIGTERM completed (and there were some).
+        # The drain: every request in flight when vLLM got SIGTERM completed (and there were some). Everything sent
+        # before the slack was in flight for sure: none of it was cut.
         in_flight = [r for r in results if r[0] == node and r[2] < stopped[node][0] < r[3]]
-        assert [r for r in in_flight if r[4] == "ok"], (
-            f"{node}: no request in flight when its vLLM was stopped completed"
-        )
-        # Everything sent before the slack was in flight for sure: none of it was cut.
         cut = [r for r in in_flight if r[4] != "ok" and r[2] < window[0]]
         assert not cut, f"{where}; in-flight requests failed: " + brief(cut, t0)
+        around = sorted((r for r in results if r[0] == node and abs(r[2] - stopped[node][0]) < 30), key=lambda r: r[2])
+        assert [r for r in in_flight if r[4] == "ok"], (
+            f"{where}: no request in flight when its vLLM was stopped completed; in flight: {brief(in_flight, t0)}; "
+            f"sent from 30 s before to 30 s after: {brief(around, t0, most=40)}"
+        )
     # After the rollout every node serves again.
     late = [r for r in results if r[2] > t1 and r[4] != "ok"]
     assert not late, "after the rollout: " + brief(late, t0)
