@@ -66,6 +66,16 @@ def monitoring_planned_nodes(hostvars, hosts):
     return cm.planned_nodes(hostvars, hosts)
 
 
+def monitoring_enabled_exporters(monitoring):
+    """The exporters the plan's monitoring section enables on a node (none in prometheus_only mode)."""
+    return cm.enabled_exporters(monitoring)
+
+
+def monitoring_exporter_decision(monitoring, images, capability=None):
+    """Which exporters a node runs (images on its engine, its host-PID answer), and the image to probe with."""
+    return cm.exporter_decision(monitoring, images, capability)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -80,5 +90,7 @@ class FilterModule:
                 cluster_slab_mountpoints,
                 prometheus_label_matcher,
                 monitoring_planned_nodes,
+                monitoring_enabled_exporters,
+                monitoring_exporter_decision,
             )
         }

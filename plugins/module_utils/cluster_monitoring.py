@@ -277,3 +277,50 @@ def label_matcher(values, name):
 def planned_nodes(hostvars, hosts):
     """The hosts that have an ``aic_plan`` (a node whose preflight failed has none and cannot be scraped)."""
     return [host for host in dict.fromkeys(hosts) if host in hostvars and _get(hostvars[host], "aic_plan")]
+
+
+# The answers of aic.stack.docker_capability to "may a --pid=host container be created here".
+PID_HOST_ALLOWED = "allowed"
+
+
+def enabled_exporters(monitoring):
+    """The exporters the plan enables on a node (the plan's ``monitoring`` section): none with the mode
+    ``prometheus_only``, else those marked enabled (the flavour decides: the AMD exporter only on rocm)."""
+    if _get(monitoring, "mode") == "prometheus_only":
+        return []
+    exporters = _get(monitoring, "exporters")
+    if not isinstance(exporters, list):
+        raise MonitoringError("monitoring_enabled_exporters: the plan's monitoring.exporters is not a list")
+    for exporter in exporters:
+        if not _get(exporter, "name"):
+            raise MonitoringError(f"monitoring_enabled_exporters: an exporter without a name: {exporter!r}")
+    return [dict(exporter) for exporter in exporters if _get(exporter, "enabled")]
+
+
+def exporter_decision(monitoring, images, capability=None):
+    """Which enabled exporters a node runs, from the images its engine has and its answer to the host-PID probe.
+
+    ``images`` maps an exporter's name to its image, for the exporters whose image is on the engine (the others are
+    skipped and reported by the exporter roles). ``capability`` is what ``aic.stack.docker_capability`` returned:
+    None (or a skipped task's result) when the engine was not asked. Returns:
+
+    - ``probe_image``: the image to ask the engine with (the first host-PID exporter's that is there), when it was
+      not asked yet and one is needed; else ``""``.
+    - ``pid_host``: the engine's answer (``allowed`` when it was not asked) and ``message``, the daemon's words.
+    - ``planned``: the exporters that run (their plan entries): all those with an image when host PID is allowed,
+      else those that need no host PID. ``refused``: names of the host-PID exporters the engine refused.
+    """
+    if not isinstance(images, dict):
+        raise MonitoringError(f"monitoring_exporter_decision: images must be a dict of name to image, got {images!r}")
+    available = [e for e in enabled_exporters(monitoring) if e["name"] in images]
+    host_pid = [e for e in available if _get(e, "pid_host")]
+    asked = bool(_get(capability, "pid_host"))
+    answer = str(_get(capability, "pid_host")) if asked else PID_HOST_ALLOWED
+    allowed = answer == PID_HOST_ALLOWED
+    return {
+        "probe_image": images[host_pid[0]["name"]] if host_pid and capability is None else "",
+        "pid_host": answer,
+        "message": str(_get(capability, "message") or "") if asked else "",
+        "planned": available if allowed else [e for e in available if not _get(e, "pid_host")],
+        "refused": [] if allowed else [e["name"] for e in host_pid],
+    }

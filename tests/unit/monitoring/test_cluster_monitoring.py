@@ -324,6 +324,8 @@ def test_filters_are_registered_and_raise_ansible_errors():
         "cluster_slab_mountpoints",
         "prometheus_label_matcher",
         "monitoring_planned_nodes",
+        "monitoring_enabled_exporters",
+        "monitoring_exporter_decision",
     }
     with pytest.raises(AnsibleFilterError, match="aic_monitoring_host"):
         filters["job_monitoring_host"]({"n1": node(aic_monitoring_host="ghost")}, ["n1"])
