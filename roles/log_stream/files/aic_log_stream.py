@@ -469,9 +469,11 @@ def stop_streamers(state_dir, containers, timeout):
                 pass
     deadline = time.monotonic() + timeout
     pending = dict(signalled)
+    # Gone means the pidfile lock is released and the process has exited: the lock goes a moment before the
+    # interpreter does, and a caller told "stopped" must not find the pid still alive.
     while pending and time.monotonic() < deadline:
-        for container in list(pending):
-            if not read_state(state_dir, container)["running"]:
+        for container, pid in list(pending.items()):
+            if not read_state(state_dir, container)["running"] and not pid_alive(pid):
                 del pending[container]
         if pending:
             time.sleep(0.05)
@@ -481,7 +483,7 @@ def stop_streamers(state_dir, containers, timeout):
             os.kill(pid, signal.SIGKILL)
     kill_deadline = time.monotonic() + 5
     while pending and time.monotonic() < kill_deadline:
-        pending = {c: p for c, p in pending.items() if read_state(state_dir, c)["running"]}
+        pending = {c: p for c, p in pending.items() if read_state(state_dir, c)["running"] or pid_alive(p)}
         if pending:
             time.sleep(0.05)
     results = []

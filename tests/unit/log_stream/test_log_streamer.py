@@ -184,6 +184,44 @@ def test_pid_alive(streamer):
     assert not streamer.pid_alive(child.pid)
 
 
+SLOW_EXIT = textwrap.dedent(
+    """\
+    import os, signal, sys, time
+    sys.path.insert(0, os.path.dirname(sys.argv[1]))
+    import aic_log_stream as streamer
+    paths = streamer.state_paths(sys.argv[2], "c")
+    fd = streamer.lock_pidfile(paths["pidfile"])
+    streamer.write_json_atomic(paths["meta"], {"pid": os.getpid(), "file": "/x/f.log", "job_id": "j"})
+    def on_term(signum, frame):
+        os.unlink(paths["pidfile"])
+        os.close(fd)  # the lock goes first, as in the streamer's finally
+        time.sleep(float(sys.argv[3]))  # then the interpreter takes its time to exit
+        os._exit(0)
+    signal.signal(signal.SIGTERM, on_term)
+    print("ready", flush=True)
+    while True:
+        time.sleep(1)
+    """
+)
+
+
+def test_stop_returns_after_the_process_is_gone_not_when_its_lock_is(streamer, tmp_path):
+    # CI9: stop reported "stopped" while the streamer's pid was still alive (it had released its lock and was exiting).
+    child = subprocess.Popen(
+        [sys.executable, "-c", SLOW_EXIT, str(SCRIPT), str(tmp_path), "0.8"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout.readline().strip() == "ready"
+        results, signalled, stuck = streamer.stop_streamers(str(tmp_path), ["c"], timeout=5)
+        assert signalled == {"c": child.pid} and not stuck
+        (state,) = results
+        assert state["stopped"] and not state["killed"] and not state["running"]
+        assert not streamer.pid_alive(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+
+
 # -- the script against a fake docker CLI ---------------------------------------------------------------------
 
 FAKE_DOCKER = textwrap.dedent(
