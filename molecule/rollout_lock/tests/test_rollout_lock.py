@@ -18,6 +18,9 @@ import docker
 import pytest
 
 PROJECT = pathlib.Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
+sys.path.insert(0, str(PROJECT / "molecule" / "shared"))
+from playbook_report import task_results  # noqa: E402 - the scenarios' shared helper, found through the path above
+
 ROLLOUT = pathlib.Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "rollout.yml")
 ANSIBLE_PLAYBOOK = str(pathlib.Path(sys.executable).with_name("ansible-playbook"))
 NODE = "aic-molecule-rollout-lock"
@@ -87,18 +90,7 @@ class Rollout:
 
     def finish(self, timeout=90):
         out, err = self.process.communicate(timeout=timeout)
-        try:
-            report = json.loads(out)
-        except json.JSONDecodeError:
-            pytest.fail(f"{self.name}: no JSON report (rc {self.process.returncode}): {out[-2000:]} {err[-2000:]}")
-        self.results = {}
-        for play in report["plays"]:
-            for task in play["tasks"]:
-                for host, result in task["hosts"].items():
-                    assert host == NODE, host
-                    # "aic.stack.rollout_lock : Take the rollout lock" -> "Take the rollout lock". (The callback
-                    # sets a result's "action" to the task's module: run_lock's own "action" is not in the report.)
-                    self.results[task["task"]["name"].split(" : ")[-1]] = result
+        self.results = task_results(out, NODE, self.name, self.process.returncode, err)
         return self.process.returncode
 
     def result(self, task):
