@@ -336,6 +336,13 @@ class Runner:
     def skip(self, probe, why):
         self.probes.append({"probe": probe, "skipped": why})
 
+    def tool(self, name):
+        """The path of the probe command ``name``, or None with the probe recorded as skipped."""
+        binary = self.which(name)
+        if not binary:
+            self.skip(name, f"{name} not found on PATH")
+        return binary
+
     def run(self, probe, argv, shown=None):
         """Run ``argv``; return ``(rc, stdout, stderr, record)``; rc is None when it did not run."""
         record = {"probe": probe, "command": shown or " ".join(shlex.quote(a) for a in argv)}
@@ -392,45 +399,44 @@ def _fill_arch_from_kfd(devices):
 
 
 def probe_amd_smi(runner):
-    binary = runner.which("amd-smi")
+    binary = runner.tool("amd-smi")
     if not binary:
-        runner.skip("amd-smi", "amd-smi not found on PATH")
         return None
     rc, listed, _err, list_record = runner.run("amd-smi", [binary, "list", "--json"], "amd-smi list --json")
     rc, static, _err, record = runner.run(
         "amd-smi", [binary, "static", "--asic", "--vram", "--json"], "amd-smi static --asic --vram --json"
     )
-    if rc != 0:
-        return None
-    try:
-        devices = gpu.parse_amd_smi_json(static, listed if list_record.get("rc") == 0 else None)
-    except gpu.GpuProbeError as exc:
-        record["error"] = str(exc)
+    devices = parsed(record, rc, gpu.parse_amd_smi_json, static, listed if list_record.get("rc") == 0 else None)
+    if devices is None:
         return None
     _fill_arch_from_kfd(devices)
-    record["devices"] = len(devices)
     if list_record.get("rc") == 0:
         list_record["devices"] = len(devices)
     return devices
 
 
-def probe_rocm_smi(runner):
-    binary = runner.which("rocm-smi")
-    if not binary:
-        runner.skip("rocm-smi", "rocm-smi not found on PATH")
-        return None
-    rc, out, _err, record = runner.run(
-        "rocm-smi", [binary, "--showproductname", "--json"], "rocm-smi --showproductname --json"
-    )
+def parsed(record, rc, parse, *args):
+    """Devices that ``parse(*args)`` reads from a probe that exited ``rc``, counted in its record; None when the
+    probe failed or its output could not be read (the reason recorded)."""
     if rc != 0:
         return None
     try:
-        devices = gpu.parse_rocm_smi_json(out)
+        devices = parse(*args)
     except gpu.GpuProbeError as exc:
         record["error"] = str(exc)
         return None
     record["devices"] = len(devices)
     return devices
+
+
+def probe_rocm_smi(runner):
+    binary = runner.tool("rocm-smi")
+    if not binary:
+        return None
+    rc, out, _err, record = runner.run(
+        "rocm-smi", [binary, "--showproductname", "--json"], "rocm-smi --showproductname --json"
+    )
+    return parsed(record, rc, gpu.parse_rocm_smi_json, out)
 
 
 def probe_kfd_sysfs(runner):
@@ -451,9 +457,8 @@ def probe_kfd_sysfs(runner):
 
 
 def probe_nvidia_smi(runner):
-    binary = runner.which("nvidia-smi")
+    binary = runner.tool("nvidia-smi")
     if not binary:
-        runner.skip("nvidia-smi", "nvidia-smi not found on PATH")
         return None
     fields = list(gpu.NVIDIA_QUERY_FIELDS)
     while True:
@@ -465,15 +470,7 @@ def probe_nvidia_smi(runner):
             fields.remove("compute_cap")
             continue
         break
-    if rc != 0:
-        return None
-    try:
-        devices = gpu.parse_nvidia_smi_csv(out)
-    except gpu.GpuProbeError as exc:
-        record["error"] = str(exc)
-        return None
-    record["devices"] = len(devices)
-    return devices
+    return parsed(record, rc, gpu.parse_nvidia_smi_csv, out)
 
 
 PROBES = {
