@@ -74,7 +74,7 @@ pytest -q tests/unit --durations=10 || light_rc=$?
 step "integration tests: the light modules (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
 step "molecule: the scenarios that start no vLLM (beside the rehearsal)"
-[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job || light_rc=$?; }
+[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image image_build l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job || light_rc=$?; }
 join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
 step "integration tests on the real local stack"

@@ -16,7 +16,8 @@ class NoReport(AssertionError):
 
 
 def task_results(stdout, node, what="ansible-playbook", rc=None, stderr=""):
-    """{task name: result} of a JSON callback report on ``stdout``; every result must be ``node``'s."""
+    """{task name: result} of a JSON callback report on ``stdout``; every result must be ``node``'s (a host name, or
+    a tuple of them for a playbook whose plays run on several, e.g. a play on localhost first)."""
     try:
         report = json.loads(stdout)
     except json.JSONDecodeError:
@@ -25,7 +26,7 @@ def task_results(stdout, node, what="ansible-playbook", rc=None, stderr=""):
     for play in report["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
-                assert host == node, host
+                assert host in (node if isinstance(node, tuple) else (node,)), host
                 # The callback sets a result's "action" to the task's module, so results are keyed by task name.
                 results[task["task"]["name"].split(" : ")[-1]] = result
     return results

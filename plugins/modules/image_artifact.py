@@ -76,7 +76,7 @@ sha256:
   type: str
 manifest:
   description: The manifest written (or that already existed).
-  returned: always
+  returned: unless check mode finds no image (a check-mode build built none)
   type: dict
   sample: {"image": "aic-stack-cpu:4ebfafbed27e", "image_id": "sha256:8d3620e46659", "sha256": "2f1c"}
 paths:
@@ -117,6 +117,16 @@ def main():
     except (DockerAPIError, ValueError) as exc:
         module.fail_json(msg=f"cannot reach the Docker engine: {exc}", paths=files)
     if image is None:
+        if module.check_mode:
+            # A check-mode build builds nothing, so the image of new build inputs is not there yet: say it would be
+            # saved once built (no manifest: there is no image id to record).
+            module.exit_json(
+                changed=True,
+                msg=f"would save {image_ref} once it is built (check mode: it is not on the build host yet)",
+                tarball=files["tarball"],
+                sha256=None,
+                paths=files,
+            )
         module.fail_json(msg=f"image {image_ref} not found on the build host; nothing was saved", paths=files)
 
     if artifact.is_current(files, image["Id"], verify=params["verify"]):

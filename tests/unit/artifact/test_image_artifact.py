@@ -219,6 +219,15 @@ def test_check_mode_asks_the_engine_and_saves_nothing(run_module, unix_http_serv
     assert unix_http_server.calls("/images/get") == [] and not (tmp_path / "out").exists()
 
 
+def test_check_mode_of_a_build_not_built_yet_says_it_would_save(run_module, unix_http_server, tmp_path):
+    # --check of a build whose inputs changed: the build step built nothing, so the engine has no image yet.
+    args = {"image": STAND_IN_IMAGE, "dest": str(tmp_path / "out"), "docker_host": unix_http_server.docker_host}
+    result = run_module(image_artifact, args, check_mode=True)
+    assert result.rc == 0 and result["changed"] and result["sha256"] is None and "manifest" not in result, result
+    assert result["msg"].startswith(f"would save {STAND_IN_IMAGE} once it is built"), result
+    assert unix_http_server.calls("/images/get") == [] and not (tmp_path / "out").exists()
+
+
 def test_an_image_the_engine_does_not_have_is_named(run_module, unix_http_server, tmp_path):
     args = {"image": STAND_IN_IMAGE, "dest": str(tmp_path / "out"), "docker_host": unix_http_server.docker_host}
     result = run_module(image_artifact, args)
