@@ -3,12 +3,16 @@
 The run uses the JSON stdout callback (``ANSIBLE_STDOUT_CALLBACK=ansible.posix.json``); ``task_results`` turns its
 report into one result per task name, the role prefix cut ("aic.stack.slurm_job : Submit the job" -> "Submit the
 job"), and checks that every result is the expected node's. Import it from a scenario's tests with
-``sys.path.insert(0, str(PROJECT / "molecule" / "shared"))``.
+``sys.path.insert(0, str(PROJECT / "molecule" / "shared"))``. ``run_playbook`` runs one to its end that way.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import subprocess
+import sys
 
 
 class NoReport(AssertionError):
@@ -30,3 +34,24 @@ def task_results(stdout, node, what="ansible-playbook", rc=None, stderr=""):
                 # The callback sets a result's "action" to the task's module, so results are keyed by task name.
                 results[task["task"]["name"].split(" : ")[-1]] = result
     return results
+
+
+def run_playbook(playbook, node, variables, *args, what=None, timeout=300):
+    """One operator's ``ansible-playbook -i <the scenario's inventory> playbook -e variables *args``, from the project
+    directory, to its end: (exit code, {task name: result})."""
+    argv = [
+        str(pathlib.Path(sys.executable).with_name("ansible-playbook")),
+        "-i",
+        os.environ["MOLECULE_INVENTORY_FILE"],
+    ]
+    proc = subprocess.run(
+        [*argv, str(playbook), "-e", json.dumps(variables), *args],
+        cwd=os.environ["MOLECULE_PROJECT_DIRECTORY"],
+        env=dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    name = what or pathlib.Path(playbook).name
+    return proc.returncode, task_results(proc.stdout, node, name, proc.returncode, proc.stderr)

@@ -18,9 +18,8 @@ import docker
 
 PROJECT = pathlib.Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 sys.path.insert(0, str(PROJECT / "molecule" / "shared"))
-from playbook_report import task_results  # noqa: E402 - the scenarios' shared helper, found through the path above
+from playbook_report import run_playbook  # noqa: E402 - the scenarios' shared helper, found through the path above
 
-ANSIBLE_PLAYBOOK = str(pathlib.Path(sys.executable).with_name("ansible-playbook"))
 NODE = "aic-molecule-image-build"
 ARTIFACTS = pathlib.Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "aic", "artifacts")
 POINTER = ARTIFACTS / "aic-stack-cpu.current.json"
@@ -29,24 +28,7 @@ STEP = "echo aic-molecule-image-build > /etc/aic-molecule-image-build"
 
 def build(*args, **variables):
     """One operator's ansible-playbook playbooks/build.yml; (exit code, {task name: result})."""
-    proc = subprocess.run(
-        [
-            ANSIBLE_PLAYBOOK,
-            "-i",
-            os.environ["MOLECULE_INVENTORY_FILE"],
-            str(PROJECT / "playbooks" / "build.yml"),
-            "-e",
-            json.dumps(variables),
-            *args,
-        ],
-        cwd=PROJECT,
-        env=dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    return proc.returncode, task_results(proc.stdout, (NODE, "localhost"), "build.yml", proc.returncode, proc.stderr)
+    return run_playbook(PROJECT / "playbooks" / "build.yml", (NODE, "localhost"), variables, *args, timeout=900)
 
 
 def artifacts():

@@ -6,11 +6,9 @@ line and submits nothing (no job, no file). Also: the converged job is in Slurm'
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
 import time
 import uuid
@@ -19,10 +17,9 @@ import docker
 
 PROJECT = pathlib.Path(os.environ["MOLECULE_PROJECT_DIRECTORY"])
 sys.path.insert(0, str(PROJECT / "molecule" / "shared"))
-from playbook_report import task_results  # noqa: E402 - the scenarios' shared helper, found through the path above
+from playbook_report import run_playbook  # noqa: E402 - the scenarios' shared helper, found through the path above
 
 JOB = pathlib.Path(os.environ["MOLECULE_SCENARIO_DIRECTORY"], "job.yml")
-ANSIBLE_PLAYBOOK = str(pathlib.Path(sys.executable).with_name("ansible-playbook"))
 NODE = "aic-molecule-slurm-job"
 CONF = "/var/lib/aicmolslurm/slurm/etc/slurm.conf"
 LOGS = "/var/lib/aicmolslurm/logs"
@@ -78,17 +75,7 @@ class Run:
 
     def __init__(self, name, command, *args, **variables):
         extra = dict(variables, slurm_job_name=name, slurm_job_command=command)
-        proc = subprocess.run(
-            [ANSIBLE_PLAYBOOK, "-i", os.environ["MOLECULE_INVENTORY_FILE"], str(JOB), "-e", json.dumps(extra), *args],
-            cwd=PROJECT,
-            env=dict(os.environ, ANSIBLE_STDOUT_CALLBACK="ansible.posix.json"),
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        self.rc = proc.returncode
-        self.results = task_results(proc.stdout, NODE, name, self.rc, proc.stderr)
+        self.rc, self.results = run_playbook(JOB, NODE, extra, *args, what=name)
 
     def result(self, task):
         assert task in self.results, (task, sorted(self.results))

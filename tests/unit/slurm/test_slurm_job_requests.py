@@ -36,6 +36,8 @@ def job_spec(role, inventory_vars, **extra):
     # The node the job must run on depends on the limit host's hostvars (test_the_job_runs_on_the_limit_host_s_node).
     variables[f"{JOBS[role]}nodelist"] = ""
     variables.update(inventory_vars)
+    # The collection's root, which slurm.yml sets as a fact before the include.
+    variables[f"_{role}_root"] = "/repo"
     include = next(t for t in _load(f"roles/{role}/tasks/slurm.yml") if "ansible.builtin.include_role" in t)
     job_vars = {k: _resolve(v, variables) for k, v in include["vars"].items()}
     variables.update(job_vars)
