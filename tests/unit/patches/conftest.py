@@ -1,10 +1,11 @@
 """The real pinned upstream sources the patch series are written against, downloaded once.
 
-The wheels are downloaded with ``pip download --no-deps --only-binary :all:`` (the same command the
-image_build role runs) into ``.work/test-cache/wheels`` and unpacked into
-``.work/test-cache/sources/<dist>-<version>``; both are reused by later runs (``.work`` is
-git-ignored). The unpacked trees are read-only for the tests: a test that applies patches works on
-a copy of the few files the series touches (``pristine_copy``).
+The wheels are downloaded with ``pip download --no-deps --only-binary :all:`` and unpacked where and
+as the image_build role's patch check keeps them (``image_build_sources_dir``: the user's cache,
+``$XDG_CACHE_HOME/aic-stack/sources/<project>-<version>/`` with the wheel and ``unpacked-<dist>``), so
+the tests and the role share one download, reused by every later run and checkout. The unpacked trees
+are read-only for the tests: a test that applies patches works on a copy of the few files the series
+touches (``pristine_copy``).
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ from ansible_collections.aic.stack.plugins.module_utils.patching import list_pat
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 PATCHES = REPO_ROOT / "patches"
-CACHE = REPO_ROOT / ".work" / "test-cache"
+# The image_build role's default image_build_sources_dir.
+SOURCES = pathlib.Path(os.environ.get("XDG_CACHE_HOME") or pathlib.Path.home() / ".cache") / "aic-stack" / "sources"
 
 # project -> (pip package, version, patch series directory)
 PINNED = {
@@ -41,7 +43,7 @@ def _download(package, version, wheels):
     found = sorted(glob.glob(pattern))
     if found:
         return pathlib.Path(found[0])
-    partial = wheels / f".{package}-{version}.partial"
+    partial = wheels / f".download-{os.getpid()}"
     shutil.rmtree(partial, ignore_errors=True)
     cmd = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps"]
     cmd += ["--only-binary", ":all:", "-d", str(partial), f"{package}=={version}"]
@@ -58,23 +60,28 @@ def _download(package, version, wheels):
 def _unpack(wheel, dest):
     if dest.is_dir():
         return dest
-    partial = dest.with_name(dest.name + ".partial")
+    partial = dest.with_name(f"{dest.name}.partial-{os.getpid()}")
     shutil.rmtree(partial, ignore_errors=True)
     with zipfile.ZipFile(wheel) as archive:
         archive.extractall(partial)
-    os.replace(partial, dest)
+    try:
+        os.replace(partial, dest)
+    except OSError:
+        if not dest.is_dir():
+            raise
+        shutil.rmtree(partial, ignore_errors=True)  # another run unpacked it first
     return dest
 
 
 @pytest.fixture(scope="session")
 def pinned_sources():
     """``{project: unpacked wheel root}`` for every pinned project (downloaded and unpacked once)."""
-    wheels = CACHE / "wheels"
-    wheels.mkdir(parents=True, exist_ok=True)
     sources = {}
     for project, (package, version, _series) in PINNED.items():
-        wheel = _download(package, version, wheels)
-        sources[project] = _unpack(wheel, CACHE / "sources" / f"{_dist(package)}-{version}")
+        directory = SOURCES / f"{project}-{version}"
+        directory.mkdir(parents=True, exist_ok=True)
+        wheel = _download(package, version, directory)
+        sources[project] = _unpack(wheel, directory / f"unpacked-{_dist(package)}")
     return sources
 
 
