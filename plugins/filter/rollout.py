@@ -24,6 +24,21 @@ def rollout_max_fail(value):
         raise AnsibleFilterError(f"Invalid input: {exc}") from exc
 
 
+def deploy_every_node(hostvars, hosts, fact, key=None):
+    """True when every host of ``hosts`` has the fact ``fact`` (its ``key`` when given) set to true; False for no host,
+    or one that has no such fact (it failed or was not reached before setting it)."""
+    hosts = list(hosts)
+    if not hosts:
+        return False
+    for host in hosts:
+        value = hostvars[host].get(fact) if host in hostvars else None
+        if key is not None:
+            value = value.get(key) if isinstance(value, dict) else None
+        if value is not True:
+            return False
+    return True
+
+
 def rollout_summary(hosts_all, hostvars, reached, fact="aic_rollout_outcome"):
     """Summary lines of every node of the play from the outcome fact each node recorded."""
     outcomes = {h: (hostvars[h].get(fact) if h in hostvars else None) for h in hosts_all}
@@ -62,4 +77,5 @@ class FilterModule:
             "rollout_rolled": rollout_rolled,
             "rollout_dropped": rollout_dropped,
             "release_deployed_record": release_deployed_record,
+            "deploy_every_node": deploy_every_node,
         }

@@ -111,6 +111,9 @@ DEFAULTS = {
     # Seconds a node's turn waits for its connection (sshd) before the node is named unreachable and skipped; the
     # rollout goes on with the others.
     "aic_rollout_reach_timeout": 30,
+    # deploy.yml's no-op fast path: when every node's record of its last rollout (aic.stack.deploy_state) matches
+    # this deploy's inputs and what the node runs, only the health checks run. False: every role runs.
+    "aic_deploy_fast_path": True,
     # Connect vLLM to LMCache (LMCacheMPConnector). False: GPU prefix cache only (the cliff benchmark's vram arm).
     "aic_vllm_lmcache": True,
     "aic_gpus": [],
@@ -225,6 +228,7 @@ BOOL_FIELDS = (
     "aic_lmcache_direct_io",
     "aic_lmcache_separate_object_groups",
     "aic_grafana_enabled",
+    "aic_deploy_fast_path",
 )
 FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0), "aic_vllm_gpu_memory_utilization": (0.01, 1.0)}
 NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
@@ -731,6 +735,7 @@ def build_plan(inputs):
             "batch_size": v["aic_rollout_batch_size"],
             "max_fail_percentage": v["aic_rollout_max_fail_percentage"],
             "reach_timeout": v["aic_rollout_reach_timeout"],
+            "fast_path": v["aic_deploy_fast_path"],
         },
         "stack_name": stack,
         "bind_address": bind,

@@ -13,7 +13,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from .conftest import changed_tasks, failures, run_playbook
+from .conftest import PROMETHEUS_DIR, changed_tasks, failures, run_playbook
 
 pytestmark = pytest.mark.integration
 
@@ -22,6 +22,8 @@ LMCACHE = "http://127.0.0.1:8080"
 PROMETHEUS = "http://127.0.0.1:9090"
 MODEL = "tiny-llama"
 SERVICES = ("aic-vllm", "aic-lmcache", "aic-prometheus")
+SUMMARY_TASK = "Summary of the rollout (every node of the job)"
+FAST_PATH_LINE = "localhost: healthy, unchanged (nothing to do"
 
 
 def metric(text, name, **labels):
@@ -80,6 +82,75 @@ def test_second_deploy_changes_and_restarts_nothing(deployed, local_stack, sessi
     assert all(count == 0 for count in runner.stats["changed"].values()), runner.stats
     assert after == before, "a container was restarted by a no-op deploy"
     assert set(SERVICES) <= set(after), after
+    # The no-op fast path: the health checks ran, no role that changes the stack did.
+    assert fast_path_taken(runner), summary_lines(runner)
+    ran = ran_tasks(runner)
+    assert "Check every vLLM instance (health, model, a completion, vllm metrics)" in ran
+    assert "Run vLLM with the LMCache multi-process connector" not in ran and "Run Prometheus" not in ran
+
+
+def summary_lines(runner):
+    lines = []
+    for event in runner.events:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == SUMMARY_TASK:
+            lines = data["res"]["msg"]
+    return lines
+
+
+def fast_path_taken(runner):
+    return any(line.startswith(FAST_PATH_LINE) for line in summary_lines(runner))
+
+
+def ran_tasks(runner):
+    return {
+        e["event_data"].get("task") for e in runner.events if e.get("event") in ("runner_on_ok", "runner_on_failed")
+    }
+
+
+def fast_path_reasons(runner):
+    for event in runner.events:
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("task") == "Say why the full rollout runs":
+            return data["res"]["msg"]
+    return []
+
+
+def test_without_the_fast_path_every_role_runs_and_changes_nothing(deployed, session_tmp):
+    before = started_at()
+    runner = run_playbook("deploy.yml", session_tmp, extravars={"aic_deploy_fast_path": False})
+    assert runner.status == "successful", failures(runner)
+    assert changed_tasks(runner) == []
+    assert started_at() == before
+    assert not fast_path_taken(runner)
+    assert {
+        "Run vLLM with the LMCache multi-process connector",
+        "Run Prometheus",
+        "Run the LMCache server",
+    } <= ran_tasks(runner)
+
+
+def test_what_changed_behind_the_deploys_back_takes_the_full_path_which_repairs_it(deployed, session_tmp):
+    """An edited Prometheus config and a container restarted by hand: the next deploy names both, runs every role
+    (the config is rendered again), and the one after it is the fast path again."""
+    config = PROMETHEUS_DIR / "prometheus.yml"
+    rendered = config.read_text()
+    config.write_text(rendered + "# edited by hand\n")
+    docker.from_env().containers.get("aic-lmcache").restart(timeout=10)
+    wait_healthy(f"{LMCACHE}/healthcheck")
+    runner = run_playbook("deploy.yml", session_tmp)
+    assert runner.status == "successful", failures(runner)
+    reasons = fast_path_reasons(runner)
+    assert f"file {config} changed since the last deploy" in reasons, reasons
+    assert any(r.startswith("container aic-lmcache was stopped or restarted since the last deploy") for r in reasons), (
+        reasons
+    )
+    assert not fast_path_taken(runner)
+    assert config.read_text() == rendered
+    assert [task for _role, task in changed_tasks(runner) if "prometheus.yml" in task], changed_tasks(runner)
+    again = run_playbook("deploy.yml", session_tmp)
+    assert again.status == "successful", failures(again)
+    assert fast_path_taken(again) and changed_tasks(again) == []
 
 
 def test_completion_url_returns_text(deployed):

@@ -57,6 +57,7 @@ NON_DEFAULTS = {
     "aic_rollout_batch_size": "10%",
     "aic_rollout_max_fail_percentage": 20,
     "aic_rollout_reach_timeout": 45,
+    "aic_deploy_fast_path": False,
     "aic_distribute_monitoring_images": True,
     "aic_artifact_dir": "/shared/artifacts",
     "aic_vllm_lmcache": False,
@@ -774,9 +775,21 @@ def test_rollout_inputs_reach_the_plan():
             "aic_rollout_reach_timeout": "5",
         }
     )
-    assert plan["rollout"] == {"canary": 2, "batch_size": 3, "max_fail_percentage": 50, "reach_timeout": 5}
+    assert plan["rollout"] == {
+        "canary": 2,
+        "batch_size": 3,
+        "max_fail_percentage": 50,
+        "reach_timeout": 5,
+        "fast_path": True,
+    }
     plan, _dummy = build_plan({})
-    assert plan["rollout"] == {"canary": 1, "batch_size": "25%", "max_fail_percentage": 0, "reach_timeout": 30}
+    assert plan["rollout"] == {
+        "canary": 1,
+        "batch_size": "25%",
+        "max_fail_percentage": 0,
+        "reach_timeout": 30,
+        "fast_path": True,
+    }
     assert plan["rocm_devices"] == ["/dev/kfd", "/dev/dri"]
 
 
