@@ -243,7 +243,9 @@ def test_the_snapshot_sees_the_stacks_containers_network_volumes_files_and_dirs(
         watch=[str(work_dir / "prometheus"), str(work_dir / "log_stream"), str(work_dir / "none")],
         dirs=[str(work_dir / "l2")],
     )
-    (svc,) = snap["engine"]["containers"].items()
+    containers = snap["engine"]["containers"]
+    assert len(containers) == 1
+    svc = next(iter(containers.items()))
     assert svc[0] == f"{name}-svc" and svc[1]["id"] == container.id and svc[1]["status"] == "running"
     assert svc[1]["image"] == svc[1]["ref_image"] and svc[1]["restarts"] == 0
     assert len(snap["engine"]["networks"]) == 1 and snap["engine"]["volumes"] == [f"{name}-data"]
