@@ -29,7 +29,7 @@ def variable_prefixes(root=COLLECTION_ROOT):
 class ActionModule(ActionBase):
     TRANSFERS_FILES = False
     _VALID_ARGS = frozenset(
-        ("state", "path", "stack", "watch", "dirs", "fingerprint", "artifact_dir", "docker_host", "timeout")
+        ("state", "path", "stack", "watch", "dirs", "fingerprint", "parts", "artifact_dir", "docker_host", "timeout")
     )
 
     def _fingerprint(self, task_vars):
@@ -46,11 +46,11 @@ class ActionModule(ActionBase):
             except Exception:  # noqa: BLE001 - any templating error: keep the value as written
                 resolved[name] = value
         artifact_dir = self._task.args.get("artifact_dir") or ""
-        return ds.fingerprint(
+        return ds.fingerprint_parts(
             plan,
             resolved,
             ds.collection_digest(COLLECTION_ROOT),
-            ds.release_pointers(artifact_dir) if artifact_dir else {},
+            ds.release_pointers(artifact_dir, plan["images"]["stack"]["name"]) if artifact_dir else {},
         )
 
     def run(self, tmp=None, task_vars=None):
@@ -58,9 +58,13 @@ class ActionModule(ActionBase):
         task_vars = task_vars or {}
         args = dict(self._task.args)
         if not args.get("fingerprint"):
-            args["fingerprint"] = self._fingerprint(task_vars)
+            args["parts"] = self._fingerprint(task_vars)
+            args["fingerprint"] = ds.fingerprint(args["parts"])
         args.pop("artifact_dir", None)
         result.update(self._execute_module(module_name="aic.stack.deploy_state", module_args=args, task_vars=task_vars))
         if not result.get("failed"):
-            result["ansible_facts"] = {"_aic_deploy_fingerprint": args["fingerprint"]}
+            result["ansible_facts"] = {
+                "_aic_deploy_fingerprint": args["fingerprint"],
+                "_aic_deploy_fingerprint_parts": args.get("parts") or {},
+            }
         return result

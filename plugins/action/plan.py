@@ -15,7 +15,14 @@ from ansible_collections.aic.stack.plugins.module_utils.plan_inputs import check
 
 # Variables that do not feed the plan and are not reported as unknown: the plan itself, the facts of the release
 # and of the rollout, deploy.yml's fast-path decision, and the rehearsal cluster's own bookkeeping (scripts/rehearsal.sh, scripts/testbed.sh).
-NON_PLAN_PREFIXES = ("aic_plan", "aic_release", "aic_rollout_outcome", "aic_deploy_unchanged", "aic_rehearsal_", "aic_bed_")
+NON_PLAN_PREFIXES = (
+    "aic_plan",
+    "aic_release",
+    "aic_rollout_outcome",
+    "aic_deploy_unchanged",
+    "aic_rehearsal_",
+    "aic_bed_",
+)
 
 
 @functools.lru_cache(maxsize=1)

@@ -3,8 +3,8 @@
 """The no-op fast path of deploy.yml: what a deploy was asked to do, what a node runs, and the difference.
 
 A successful rollout records, per node, the *fingerprint* of what it was asked (the plan, the collection's own
-variables, the collection's files, the release pointers of the artifact directory) and a *snapshot* of what the node
-runs afterwards (every container of the stack: id, image, state, start time, restarts; the stack's network and
+variables, the collection's files, the stack image's release pointer in the artifact directory) and a *snapshot* of
+what the node runs afterwards (every container of the stack: id, image, state, start time, restarts; the stack's network and
 volumes; the files the roles rendered on the node; the log streamers alive; the L2 directories' owner and mode).
 A later deploy with the same fingerprint on nodes whose snapshot is unchanged has nothing to do: any difference
 (an input, a container restarted or removed by hand, an edited config, a dead streamer) names itself as a reason and
@@ -64,13 +64,31 @@ ROLLOUT_PLAN_KEYS = ("rollout",)
 ROLLOUT_PREFIXES = ("aic_rollout_", "aic_deploy_")
 
 
-def fingerprint(plan, variables, collection, pointers):
-    """The fingerprint of one deploy's request: the plan, the collection's variables (name -> value), the collection
-    digest and the release pointers (file name -> content); the rollout's order and pace are left out."""
-    plan = {k: v for k, v in plan.items() if k not in ROLLOUT_PLAN_KEYS}
-    variables = {k: v for k, v in variables.items() if not k.startswith(ROLLOUT_PREFIXES)}
-    doc = {"schema": SCHEMA, "plan": plan, "variables": variables, "collection": collection, "pointers": pointers}
-    return sha256_bytes(_canonical(doc).encode())
+def fingerprint_parts(plan, variables, collection, pointers):
+    """The parts of one deploy's request, each by its sha256: ``plan.<key>`` per key of the plan, ``var.<name>`` per
+    variable the collection reads, ``collection`` (the collection's digest) and ``pointer.<file>`` per release pointer
+    (file name -> content digest); the rollout's order and pace are left out."""
+    parts = {f"plan.{k}": sha256_bytes(_canonical(v).encode()) for k, v in plan.items() if k not in ROLLOUT_PLAN_KEYS}
+    parts.update(
+        {
+            f"var.{k}": sha256_bytes(_canonical(v).encode())
+            for k, v in variables.items()
+            if not k.startswith(ROLLOUT_PREFIXES)
+        }
+    )
+    parts["collection"] = collection
+    parts.update({f"pointer.{k}": v for k, v in pointers.items()})
+    return parts
+
+
+def fingerprint(parts):
+    """The fingerprint of one deploy's request: the digest of its parts (fingerprint_parts)."""
+    return sha256_bytes(_canonical({"schema": SCHEMA, "parts": parts}).encode())
+
+
+def changed_parts(before, now):
+    """The names of the parts that differ (added, removed or changed), sorted."""
+    return sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
 
 
 def collection_variables(task_vars, prefixes, excluded_prefixes=()):
@@ -83,20 +101,16 @@ def collection_variables(task_vars, prefixes, excluded_prefixes=()):
     }
 
 
-def release_pointers(artifact_dir):
-    """name -> content of every release pointer (``*.current.json``) of the artifact directory (empty without one)."""
+def release_pointers(artifact_dir, name):
+    """``{file: content digest}`` of the stack image's release pointer (``<name>.current.json``) in the artifact
+    directory, empty without one. The pointers of other artifacts (the monitoring images a distribution saves) are
+    written by the deploy itself and decide nothing a node runs that the plan does not name."""
+    pointer = f"{name}.current.json"
     try:
-        names = sorted(n for n in os.listdir(artifact_dir) if n.endswith(".current.json"))
+        with open(os.path.join(artifact_dir, pointer), "rb") as fh:
+            return {pointer: sha256_bytes(fh.read())}
     except OSError:
         return {}
-    pointers = {}
-    for name in names:
-        try:
-            with open(os.path.join(artifact_dir, name), "rb") as fh:
-                pointers[name] = sha256_bytes(fh.read())
-        except OSError:
-            continue
-    return pointers
 
 
 def pid_alive(pid):
@@ -243,16 +257,26 @@ def _entry_reasons(kind, before, now):
     return reasons
 
 
-def differences(record, fp, now):
+MAX_NAMED_PARTS = 8
+
+
+def differences(record, fp, now, parts=None):
     """Why the node would not be left as it is: reasons (empty when the record's fingerprint is ``fp`` and the
-    node runs exactly what was recorded, every recorded streamer alive)."""
+    node runs exactly what was recorded, every recorded streamer alive). With this deploy's ``parts`` and a record
+    that has its own, the reason names the parts that differ."""
     if not record:
         return ["no record of an earlier deploy on this node"]
     if record.get("schema") != SCHEMA:
         return [f"the record has schema {record.get('schema')!r}, not {SCHEMA}"]
     reasons = []
     if record.get("fingerprint") != fp:
-        reasons.append("the inputs, the collection or the release changed since the last deploy")
+        names = changed_parts(record.get("parts") or {}, parts) if parts and record.get("parts") else []
+        shown = ", ".join(names[:MAX_NAMED_PARTS]) + (
+            f" and {len(names) - MAX_NAMED_PARTS} more" if len(names) > MAX_NAMED_PARTS else ""
+        )
+        reasons.append(
+            "the inputs, the collection or the release changed since the last deploy" + (f" ({shown})" if names else "")
+        )
     before = record.get("state") or {}
     b_engine, n_engine = before.get("engine") or {}, now["engine"]
     reasons += _container_reasons(b_engine.get("containers") or {}, n_engine["containers"])
@@ -269,9 +293,9 @@ def differences(record, fp, now):
     return reasons
 
 
-def record(fp, now):
-    """The record a successful rollout leaves: the fingerprint and the snapshot."""
-    return {"schema": SCHEMA, "fingerprint": fp, "state": now}
+def record(fp, now, parts=None):
+    """The record a successful rollout leaves: the fingerprint (and its parts) and the snapshot."""
+    return {"schema": SCHEMA, "fingerprint": fp, "parts": parts or {}, "state": now}
 
 
 def engine_error_reason(exc):

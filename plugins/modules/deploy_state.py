@@ -19,7 +19,7 @@ description:
   - The I(fingerprint) is what the deploy was asked to do. The action plugin computes it on the controller, unless
     O(fingerprint) is given - the plan (C(aic_plan)), every variable the collection reads (C(aic_*) and each role's
     C(<role>_*) - inventory, group and extra variables), the digest of the collection's roles, plugins, playbooks and
-    patches, and the release pointers (C(*.current.json)) of O(artifact_dir) - and returns it as the fact
+    patches, and the stack image's release pointer (C(<image>.current.json)) in O(artifact_dir) - and returns it as the fact
     C(_aic_deploy_fingerprint).
   - The I(snapshot) is what the node runs - every container labelled C(ai.aic.stack=<stack>) (its id, the image it
     runs and the image its reference names now, its state, start time and restart count), the stack's network and
@@ -69,8 +69,15 @@ options:
         plugin computes it.
     type: str
     default: ""
+  parts:
+    description:
+      - The fingerprint's parts (C(_aic_deploy_fingerprint_parts)), each by its digest - C(plan.<key>), C(var.<name>),
+        C(collection), C(pointer.<file>). Recorded with the fingerprint; when both differ, the reason names the parts
+        that changed. The action plugin sets it when it computes the fingerprint.
+    type: dict
+    default: {}
   artifact_dir:
-    description: The controller's artifact directory whose release pointers are part of the fingerprint (only when the
+    description: The controller's artifact directory whose stack image pointer is part of the fingerprint (only when the
       action plugin computes it).
     type: path
     default: ""
@@ -93,6 +100,7 @@ EXAMPLES = r"""
     stack: "{{ aic_plan.stack_name }}"
     watch: ["{{ aic_plan.paths.prometheus_dir }}"]
     fingerprint: "{{ _aic_deploy_fingerprint }}"
+    parts: "{{ _aic_deploy_fingerprint_parts }}"
   changed_when: false
 """
 
@@ -143,6 +151,7 @@ def main():
             "watch": {"type": "list", "elements": "path", "default": []},
             "dirs": {"type": "list", "elements": "path", "default": []},
             "fingerprint": {"type": "str", "default": ""},
+            "parts": {"type": "dict", "default": {}},
             "artifact_dir": {"type": "path", "default": ""},
             "docker_host": {"type": "str"},
             "timeout": {"type": "int", "default": 60},
@@ -169,7 +178,7 @@ def main():
             )
         module.exit_json(changed=False, unchanged=True, reasons=[], fingerprint=fp)
     record, problem = read_record(p["path"])
-    reasons = [problem] if problem else ds.differences(record, fp, now)
+    reasons = [problem] if problem else ds.differences(record, fp, now, p["parts"])
     module.exit_json(changed=False, unchanged=not reasons, reasons=reasons, fingerprint=fp)
 
 

@@ -28,23 +28,38 @@ PLAN = {"stack_name": "aic", "vllm": {"max_model_len": 256}, "rollout": {"canary
 # --- the fingerprint --------------------------------------------------------------------------------------------
 
 
+def _fp(plan, variables, collection, pointers):
+    return ds.fingerprint(ds.fingerprint_parts(plan, variables, collection, pointers))
+
+
 def test_the_fingerprint_changes_with_the_plan_a_variable_the_collection_or_a_pointer():
-    base = ds.fingerprint(PLAN, {"vllm_image": "x"}, "c1", {"aic-stack-cpu.current.json": "p1"})
-    assert base == ds.fingerprint(
-        dict(reversed(list(PLAN.items()))), {"vllm_image": "x"}, "c1", {"aic-stack-cpu.current.json": "p1"}
-    )
-    other_plan = {**PLAN, "vllm": {"max_model_len": 512}}
-    assert ds.fingerprint(other_plan, {"vllm_image": "x"}, "c1", {"aic-stack-cpu.current.json": "p1"}) != base
-    assert ds.fingerprint(PLAN, {"vllm_image": "y"}, "c1", {"aic-stack-cpu.current.json": "p1"}) != base
-    assert ds.fingerprint(PLAN, {"vllm_image": "x"}, "c2", {"aic-stack-cpu.current.json": "p1"}) != base
-    assert ds.fingerprint(PLAN, {"vllm_image": "x"}, "c1", {"aic-stack-cpu.current.json": "p2"}) != base
+    pointer = {"aic-stack-cpu.current.json": "p1"}
+    base = _fp(PLAN, {"vllm_image": "x"}, "c1", pointer)
+    assert base == _fp(dict(reversed(list(PLAN.items()))), {"vllm_image": "x"}, "c1", pointer)
+    assert _fp({**PLAN, "vllm": {"max_model_len": 512}}, {"vllm_image": "x"}, "c1", pointer) != base
+    assert _fp(PLAN, {"vllm_image": "y"}, "c1", pointer) != base
+    assert _fp(PLAN, {"vllm_image": "x"}, "c2", pointer) != base
+    assert _fp(PLAN, {"vllm_image": "x"}, "c1", {"aic-stack-cpu.current.json": "p2"}) != base
 
 
 def test_the_rollouts_order_and_pace_are_not_part_of_the_fingerprint():
-    base = ds.fingerprint(PLAN, {"aic_vllm_max_model_len": 256}, "c", {})
+    base = _fp(PLAN, {"aic_vllm_max_model_len": 256}, "c", {})
     paced = {**PLAN, "rollout": {"canary": 0, "batch_size": "100%"}}
     extra = {"aic_vllm_max_model_len": 256, "aic_rollout_batch_size": "100%", "aic_deploy_fast_path": False}
-    assert ds.fingerprint(paced, extra, "c", {}) == base
+    assert _fp(paced, extra, "c", {}) == base
+
+
+def test_a_changed_fingerprint_names_the_parts_that_changed():
+    parts = ds.fingerprint_parts(PLAN, {"aic_vllm_max_model_len": 256, "vllm_image": "x"}, "c", {})
+    rec = ds.record(ds.fingerprint(parts), _state(), parts)
+    now = ds.fingerprint_parts({**PLAN, "vllm": {"max_model_len": 512}}, {"aic_vllm_max_model_len": 512}, "c", {})
+    assert ds.differences(rec, ds.fingerprint(now), _state(), now) == [
+        "the inputs, the collection or the release changed since the last deploy "
+        "(plan.vllm, var.aic_vllm_max_model_len, var.vllm_image)"
+    ]
+    many = ds.fingerprint_parts(PLAN, {f"aic_x{i}": i for i in range(10)}, "c", {})
+    (reason,) = ds.differences(rec, ds.fingerprint(many), _state(), many)
+    assert reason.endswith("and 4 more)"), reason
 
 
 def test_collection_variables_take_the_collections_prefixes_and_leave_the_runs_facts():
@@ -83,14 +98,17 @@ def test_the_collection_digest_follows_content_and_names_not_caches(tmp_path):
     assert ds.collection_digest(str(tmp_path)) != first
 
 
-def test_release_pointers_are_the_current_json_files_by_content(tmp_path):
-    assert ds.release_pointers(str(tmp_path / "missing")) == {}
+def test_the_release_pointer_is_the_stack_images_by_content(tmp_path):
+    assert ds.release_pointers(str(tmp_path / "missing"), "aic-stack-cpu") == {}
     (tmp_path / "aic-stack-cpu.current.json").write_text('{"image": "a"}')
+    (tmp_path / "aic-prometheus.current.json").write_text('{"image": "p"}')
     (tmp_path / "aic-stack-cpu-1.tar.zst").write_bytes(b"tar")
-    first = ds.release_pointers(str(tmp_path))
+    first = ds.release_pointers(str(tmp_path), "aic-stack-cpu")
     assert list(first) == ["aic-stack-cpu.current.json"]
+    (tmp_path / "aic-prometheus.current.json").write_text('{"image": "q"}')
+    assert ds.release_pointers(str(tmp_path), "aic-stack-cpu") == first
     (tmp_path / "aic-stack-cpu.current.json").write_text('{"image": "b"}')
-    assert ds.release_pointers(str(tmp_path)) != first
+    assert ds.release_pointers(str(tmp_path), "aic-stack-cpu") != first
 
 
 # --- the comparison ---------------------------------------------------------------------------------------------
