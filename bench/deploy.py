@@ -49,7 +49,7 @@ RECAP = re.compile(r"^(\S+)\s*:\s*ok=\d+\s+changed=(\d+)\s+unreachable=(\d+)\s+f
 
 def timed(cmd):
     """(seconds, output) of a command run from the repository root; SystemExit naming it when it fails."""
-    env = {**os.environ, "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg"), "ANSIBLE_CALLBACKS_ENABLED": ""}
+    env = {**os.environ, "ANSIBLE_CONFIG": os.path.join(ROOT, "ansible.cfg")}
     start = time.monotonic()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
     seconds = time.monotonic() - start
@@ -154,6 +154,10 @@ def raw_start(client, bodies):
 
     order = sorted(bodies, key=lambda name: bool(joined(bodies[name][0])))
     start = time.monotonic()
+    # The stack's network, as the deploy creates it (the teardown removed it).
+    for network in {n for body, _cid in bodies.values() for n in body["NetworkingConfig"]["EndpointsConfig"]}:
+        if not client.networks.list(names=[network]):
+            client.networks.create(network)
     for name in order:
         body = json.loads(json.dumps(bodies[name][0]))
         for key in ("IpcMode", "PidMode", "NetworkMode"):
