@@ -19,6 +19,7 @@ import os
 import stat
 
 from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPIError
+from ansible_collections.aic.stack.plugins.module_utils.process import pid_alive
 
 SCHEMA = 1
 # The collection's files whose content decides what a deploy does (its roles, plugins, playbooks and patches).
@@ -111,17 +112,6 @@ def release_pointers(artifact_dir, name):
             return {pointer: sha256_bytes(fh.read())}
     except OSError:
         return {}
-
-
-def pid_alive(pid):
-    """True when process ``pid`` exists (signal 0)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _file_entry(name):

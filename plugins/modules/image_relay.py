@@ -184,6 +184,7 @@ from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 from ansible_collections.aic.stack.plugins.module_utils import relay  # noqa: E402
 from ansible_collections.aic.stack.plugins.module_utils.docker_api import DockerAPI  # noqa: E402
 from ansible_collections.aic.stack.plugins.module_utils.docker_api import path as docker_path  # noqa: E402
+from ansible_collections.aic.stack.plugins.module_utils.process import pid_alive  # noqa: E402
 
 
 def state_files(dest):
@@ -260,16 +261,6 @@ def start(module, p):
     module.exit_json(changed=False, pid=pid, result_file=result_file)
 
 
-def alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def finish(module, p):
     """Wait for the detached relay's result; fail when it failed, died without one, or ran past wait_timeout."""
     pid_file, result_file = state_files(p["dest"])
@@ -285,7 +276,7 @@ def finish(module, p):
             if payload.pop("failed"):
                 module.fail_json(**payload)
             module.exit_json(changed=not (payload["present"] or payload.get("image_present")), **payload)
-        if pid and not alive(pid) and not os.path.exists(result_file):
+        if pid and not pid_alive(pid) and not os.path.exists(result_file):
             module.fail_json(
                 msg=f"{p['name']}: the relay (pid {pid}) died without a result (killed, or the node rebooted)"
             )
