@@ -60,6 +60,18 @@ class ActionModule(ActionBase):
         if not args.get("fingerprint"):
             args["parts"] = self._fingerprint(task_vars)
             args["fingerprint"] = ds.fingerprint(args["parts"])
+        elif args.get("state") == "recorded" and args.get("parts") and args.get("artifact_dir"):
+            # The release pointer as it is now: this run's build may have written it after the fingerprint was taken
+            # (a clean checkout's first deploy, a new image), and the next deploy reads it as it is now.
+            plan = task_vars.get("aic_plan") or {}
+            parts = {k: v for k, v in args["parts"].items() if not k.startswith("pointer.")}
+            parts.update(
+                {
+                    f"pointer.{k}": v
+                    for k, v in ds.release_pointers(args["artifact_dir"], plan["images"]["stack"]["name"]).items()
+                }
+            )
+            args["parts"], args["fingerprint"] = parts, ds.fingerprint(parts)
         args.pop("artifact_dir", None)
         result.update(self._execute_module(module_name="aic.stack.deploy_state", module_args=args, task_vars=task_vars))
         if not result.get("failed"):

@@ -77,8 +77,11 @@ options:
     type: dict
     default: {}
   artifact_dir:
-    description: The controller's artifact directory whose stack image pointer is part of the fingerprint (only when the
-      action plugin computes it).
+    description:
+      - The controller's artifact directory whose stack image pointer is part of the fingerprint (when the action
+        plugin computes it).
+      - With O(state=recorded) and O(parts), the pointer is read again when recording (this run's build may have
+        written it after the fingerprint was taken), and the fingerprint is recomputed with it.
     type: path
     default: ""
 """
@@ -174,7 +177,9 @@ def main():
     if p["state"] == "recorded":
         if not module.check_mode:
             replace_file(
-                p["path"], text=json.dumps(ds.record(fp, now), indent=1, sort_keys=True) + "\n", make_dirs=True
+                p["path"],
+                text=json.dumps(ds.record(fp, now, p["parts"]), indent=1, sort_keys=True) + "\n",
+                make_dirs=True,
             )
         module.exit_json(changed=False, unchanged=True, reasons=[], fingerprint=fp)
     record, problem = read_record(p["path"])
