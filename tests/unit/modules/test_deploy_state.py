@@ -283,8 +283,9 @@ def test_recorded_then_checked_is_unchanged_until_something_changes(stack, work,
     assert nothing["unchanged"] and not (work_dir / "deploy-state.json").exists()
     first = run_module(module, args)
     assert first["unchanged"] is False and first["reasons"] == ["no record of an earlier deploy on this node"]
-    recorded = run_module(module, {**args, "state": "recorded"})
+    recorded = run_module(module, {**args, "state": "recorded", "parts": {"plan.vllm": "v1"}})
     assert recorded["changed"] is False and (work_dir / "deploy-state.json").exists()
+    assert json.loads((work_dir / "deploy-state.json").read_text())["parts"] == {"plan.vllm": "v1"}
     checked = run_module(module, args)
     assert (checked["unchanged"], checked["reasons"], checked["fingerprint"]) == (True, [], "f1")
     # Log lines keep coming while the stack runs: not a change.
