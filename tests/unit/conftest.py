@@ -305,3 +305,12 @@ def docker_client():
     except docker.errors.DockerException as exc:
         pytest.fail(f"these tests need a running Docker engine (make deploy starts one): {exc}")
     return client
+
+
+@pytest.fixture(scope="module")
+def base_image(docker_client):
+    """The newest local base image (aic-base:<tag>) on the real engine, for tests that run a container of it."""
+    images = sorted(docker_client.images.list(name="aic-base"), key=lambda i: i.attrs["Created"])
+    if not images:
+        pytest.fail("these tests need the local base image aic-base (make deploy builds it)")
+    return images[-1].tags[0]

@@ -198,14 +198,6 @@ def test_every_node_must_say_true():
 # --- the snapshot and the module on the real engine ---------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def base_image(docker_client):
-    images = sorted(docker_client.images.list(name="aic-base"), key=lambda i: i.attrs["Created"])
-    if not images:
-        pytest.fail("these tests need the local base image aic-base (make deploy builds it)")
-    return images[-1].tags[0]
-
-
 @pytest.fixture
 def stack(docker_client, base_image):
     """A stack of its own on the real engine: one labelled container, its network and a volume."""

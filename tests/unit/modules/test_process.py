@@ -27,4 +27,3 @@ def test_a_zombie_and_a_reaped_process_are_gone():
     assert pid_alive(child.pid) is False
     child.wait()
     assert pid_alive(child.pid) is False
-

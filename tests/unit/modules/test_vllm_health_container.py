@@ -152,14 +152,6 @@ def client(docker_client):
     return docker_client
 
 
-@pytest.fixture(scope="module")
-def base_image(client):
-    images = sorted(client.images.list(name="aic-base"), key=lambda i: i.attrs["Created"])
-    if not images:
-        pytest.fail("these tests need the local base image aic-base (make deploy builds it)")
-    return images[-1].tags[0]
-
-
 @pytest.fixture
 def container(client, base_image):
     made = []
