@@ -17,6 +17,19 @@ if [[ -z "$tag" ]]; then
   exit 2
 fi
 export AIC_BASE_IMAGE="aic-base:$tag"
+# The instances' image: the base image with the packages the scenarios' prepare steps need (shared/instance/), built
+# once per base image and tagged by content.
+build_log=$(mktemp)
+instance=$(ansible-playbook -i localhost, -c local -e ansible_python_interpreter="$(command -v python)" \
+  -e molecule_base_image="$AIC_BASE_IMAGE" molecule/shared/instance_image.yml 2>&1 | tee "$build_log" |
+  sed -n 's/^ *msg: \(aic-molecule-instance:[0-9a-f]*\)$/\1/p' | tail -n 1) || true
+if [[ -z "$instance" ]]; then
+  cat "$build_log" >&2
+  echo "molecule/run.sh: could not build the instances' image (molecule/shared/instance_image.yml, output above)" >&2
+  exit 2
+fi
+rm -f "$build_log"
+export AIC_MOLECULE_IMAGE="$instance"
 # The cpu stack image (the newest on the engine) for the scenarios that run LMCache or vLLM from it.
 stack_tag=$(docker images aic-stack-cpu --format '{{.Tag}}' | grep -vx '<none>' | head -n 1 || true)
 export AIC_STACK_IMAGE="aic-stack-cpu:${stack_tag:-missing}"
@@ -40,12 +53,20 @@ for scenario in "${scenarios[@]}"; do
   fi
 done
 
+# What a run that was killed may have left on the engine: instances (aic-molecule-*) and the scenarios' stacks
+# (aicmol*: every scenario's aic_stack_name). Removed once here, so the scenarios' sequences start at create instead
+# of a cleanup and a destroy each (each scenario destroys its instance and removes its stack at its end, passed or failed).
+leftover=$(docker ps -aq --filter name=^aic-molecule- --filter name=^aicmol)
+[[ -z "$leftover" ]] || docker rm -f $leftover >/dev/null
+for network in $(docker network ls -q --filter name=aicmol); do docker network rm "$network" >/dev/null || true; done
+for volume in $(docker volume ls -q --filter name=aicmol); do docker volume rm "$volume" >/dev/null || true; done
+
 ALONE=" image_distribute "
 jobs_max=${MOLECULE_JOBS:-2}
 
 run_one() {
   local scenario=$1 start=$SECONDS
-  echo "=== molecule test -s $scenario (instance image $AIC_BASE_IMAGE)"
+  echo "=== molecule test -s $scenario (instance image $AIC_MOLECULE_IMAGE)"
   molecule test -s "$scenario"
   echo "=== molecule scenario $scenario passed in $((SECONDS - start)) s"
 }

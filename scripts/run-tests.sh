@@ -9,7 +9,20 @@ BIN=${VENV:-.venv}/bin
 export PATH="$PWD/$BIN:$PATH"
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
 
-step() { printf '\n=== %s (%s) ===\n' "$1" "$(date -u +%H:%M:%S)"; }
+# Each step's header also says how long the steps since the last header took and how busy the CPUs were meanwhile
+# (/proc/stat: everything but idle and iowait), which tells a part that waits from a part that computes.
+cpu_ticks() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $5+$6}' /proc/stat; }
+read -r last_total last_idle < <(cpu_ticks)
+last_time=$SECONDS
+step() {
+  local total idle since=""
+  read -r total idle < <(cpu_ticks)
+  if ((total > last_total)); then
+    since=", since the last: $((SECONDS - last_time)) s, CPU busy $((100 - 100 * (idle - last_idle) / (total - last_total)))%"
+  fi
+  last_total=$total last_idle=$idle last_time=$SECONDS
+  printf '\n=== %s (%s%s) ===\n' "$1" "$(date -u +%H:%M:%S)" "$since"
+}
 # join PID LOG WHAT RC_BESIDE: wait for a part that ran in the background, print its output in one piece, and stop
 # when it or the part beside it (its exit status RC_BESIDE) failed.
 join() {
