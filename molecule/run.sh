@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Run the molecule scenarios of aic.stack: molecule/run.sh [scenario...] (default: every molecule/*/ scenario).
-# The instances are containers from the local aic-base image (no registry); the tools come from the checkout's venv.
+# The instances are containers of the local instance image (aic-base and the scenarios' packages, built below; no
+# registry); the tools come from the checkout's venv.
 #
 # Scenarios share nothing (own instances, own ephemeral directories), so MOLECULE_JOBS of them (default 2, one per
 # core of the CI machine) run side by side; each one's output is printed in one piece when it ends. A failure starts
 # no further scenario and fails the run once the running ones ended. Timing-sensitive scenarios (ALONE: the relay's
 # stall timeouts are seconds) run afterwards, by themselves. MOLECULE_JOBS=1: one after the other, output as it comes.
+# MOLECULE_BESIDE_PID (below) runs one at a time while another heavy process shares the cores.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck disable=SC1091
@@ -63,6 +65,14 @@ for volume in $(docker volume ls -q --filter name=aicmol); do docker volume rm "
 
 ALONE=" image_distribute "
 jobs_max=${MOLECULE_JOBS:-2}
+# MOLECULE_BESIDE_PID: a process that shares this machine's cores (scripts/run-tests.sh: the rehearsal cluster's
+# tests). While it runs, one scenario at a time; once it ended, MOLECULE_JOBS of them; the ALONE ones wait for it.
+beside=${MOLECULE_BESIDE_PID:-}
+beside_running() { # a zombie (ended, not yet reaped by its parent) counts as ended
+  local state
+  [[ -n "$beside" ]] && state=$(ps -o stat= -p "$beside") && [[ $state != Z* ]]
+}
+jobs_now() { if beside_running; then echo 1; else echo "$jobs_max"; fi; }
 
 run_one() {
   local scenario=$1 start=$SECONDS
@@ -81,31 +91,41 @@ if [[ ${#side_by_side[@]} -gt 0 ]]; then
   logs=$(mktemp -d)
   trap 'rm -rf "$logs"' EXIT
   declare -A running=() # pid -> scenario
-  collect() {           # wait for one running scenario to end, print its output
-    local pid=0 rc=0
-    wait -n -p pid "${!running[@]}" || rc=$?
-    local scenario=${running[$pid]}
-    unset "running[$pid]"
-    cat "$logs/$scenario.log"
-    if [[ $rc -ne 0 ]]; then
-      echo "=== molecule scenario $scenario FAILED (rc $rc)"
-      failed+=("$scenario")
-    fi
+  collect() {           # print the output of every scenario that ended (each in one piece); 1 when none had
+    local pid rc ended=1
+    for pid in "${!running[@]}"; do
+      kill -0 "$pid" 2>/dev/null && continue
+      rc=0
+      wait "$pid" || rc=$?
+      local scenario=${running[$pid]}
+      unset "running[$pid]"
+      ended=0
+      cat "$logs/$scenario.log"
+      if [[ $rc -ne 0 ]]; then
+        echo "=== molecule scenario $scenario FAILED (rc $rc)"
+        failed+=("$scenario")
+      fi
+    done
+    return $ended
   }
-  echo "=== molecule: ${side_by_side[*]} (at most $jobs_max at a time), then: ${alone[*]:-nothing}"
+  echo "=== molecule: ${side_by_side[*]} (at most $jobs_max at a time${beside:+; one at a time while process $beside runs}), then: ${alone[*]:-nothing}"
   for scenario in "${side_by_side[@]}"; do
-    while [[ ${#running[@]} -ge $jobs_max ]]; do collect; done
+    while [[ ${#running[@]} -ge $(jobs_now) ]]; do collect || sleep 2; done
     [[ ${#failed[@]} -eq 0 ]] || break
     run_one "$scenario" >"$logs/$scenario.log" 2>&1 &
     running[$!]=$scenario
   done
-  while [[ ${#running[@]} -gt 0 ]]; do collect; done
+  while [[ ${#running[@]} -gt 0 ]]; do collect || sleep 2; done
 fi
 if [[ ${#failed[@]} -gt 0 ]]; then
   echo "molecule/run.sh: failed: ${failed[*]}" >&2
   exit 1
 fi
 
+if [[ ${#alone[@]} -gt 0 ]] && beside_running; then
+  echo "=== molecule: ${alone[*]} wait for process $beside to end"
+  while beside_running; do sleep 5; done
+fi
 for scenario in "${alone[@]}"; do
   run_one "$scenario"
 done

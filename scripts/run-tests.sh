@@ -72,12 +72,13 @@ lint_rc=0
 join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" "$lint_rc"
 step "integration tests: the rehearsal cluster beside the unit tests, the light modules and molecule; then the local stack's"
 # The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
-# run in the background beside the unit tests, the light modules (and the molecule scenarios that need no stack),
-# which mostly wait on links, builds and jobs: the rehearsal is the longest lane, the unit tests fill the other one.
-# The local stack's modules run afterwards, alone: their vLLMs and the rehearsal's would starve each other on two
-# cores. The rehearsal's output comes in one piece when it ended. Molecule's scenarios that need no vLLM fill the light
-# lane up to the rehearsal's length; those that start vLLM (each on its own stack name and ports, on this engine) run
-# after the local stack's modules, two at a time; image_distribute last, alone (its relay's timeouts are seconds).
+# run in the background beside the light lane: the unit tests, the light modules, then every molecule scenario (each on
+# its own stack name and ports, on this engine). The CPUs are busy all along (each step's header says how busy), so
+# the lanes share them: molecule runs one scenario at a time while the rehearsal runs and two once it ended (the
+# scenarios that start no vLLM first), image_distribute last and alone (its relay's timeouts are seconds). The local
+# stack's modules run afterwards, alone: test_faults restarts this engine (every container on it stops), and their
+# vLLMs and the rehearsal's would starve each other on two cores. The rehearsal's output comes in one piece when it
+# ended.
 pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
@@ -86,12 +87,15 @@ step "unit tests (beside the rehearsal)"
 pytest -q tests/unit --durations=10 || light_rc=$?
 step "integration tests: the light modules (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
-step "molecule: the scenarios that start no vLLM (beside the rehearsal)"
-[[ $light_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh base_image image_build l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job || light_rc=$?; }
+step "molecule: every scenario, one at a time beside the rehearsal, two once it ended; image_distribute last, alone"
+[[ $light_rc -eq 0 ]] && {
+  MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$beds_pid molecule/run.sh \
+    base_image image_build l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job \
+    prometheus monitoring amd_metrics_exporter grafana preflight rollout_lock docker_host \
+    lmcache vllm health teardown cliff_bench image_distribute || light_rc=$?
+}
 join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
 step "integration tests on the real local stack"
 pytest -q tests/integration --part=stack --durations=30
-step "molecule: the scenarios that start vLLM (two at a time), then image_distribute alone"
-MOLECULE_JOBS=2 molecule/run.sh prometheus monitoring lmcache vllm health teardown cliff_bench amd_metrics_exporter grafana preflight rollout_lock docker_host image_distribute
 step "done"
