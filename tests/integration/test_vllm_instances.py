@@ -102,7 +102,9 @@ def test_fewer_instances_remove_the_extra_container(two_instances, session_tmp):
     started = state("aic-vllm")["StartedAt"]
     runner = run_playbook("deploy.yml", session_tmp, extravars={**TWO, "aic_vllm_instances": 1})
     assert runner.status == "successful", failures(runner)
-    names = [c.name for c in docker.from_env().containers.list(all=True, filters={"label": "ai.aic.service=vllm"})]
+    # This stack's vLLMs (molecule's scenarios may run theirs on the same engine meanwhile).
+    mine = {"label": ["ai.aic.service=vllm", "ai.aic.stack=aic"]}
+    names = [c.name for c in docker.from_env().containers.list(all=True, filters=mine)]
     assert names == ["aic-vllm"]
     assert state("aic-vllm")["StartedAt"] == started, "instance 0 was restarted"
     wait_healthy(f"{VLLM0}/health")
