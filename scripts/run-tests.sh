@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
-# Everything CI runs: the Docker engine, the real local stack (deployed beside lint), then the integration tests and
-# molecule in three parts: test_faults alone; the rehearsal cluster beside the light modules and most molecule
-# scenarios; the local stack's modules beside the unit tests, the quiet modules and the stack roles' scenarios.
+# Everything CI runs: the Docker engine, the real local stack (deployed beside lint), then the integration tests in
+# parts (the rehearsal cluster beside the unit tests and the light modules, then the local stack's), molecule.
 # Needs: the venv (make setup) and Prometheus's promtool (scripts/host-deps.sh). The Docker engine is started here by
 # the collection's own docker_host role (playbooks/host.yml), exactly as `make deploy` starts it.
 set -euo pipefail
@@ -71,45 +70,35 @@ lint_rc=0
   exit $rc
 ) || lint_rc=$?
 join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" "$lint_rc"
-# The integration tests and molecule in three parts. Every step's header says how busy the CPUs were since the last
-# one: these parts compute (vLLM starts, Ansible), so two lanes share the two cores wherever the lanes can share them.
-# 1. test_faults alone, first: it restarts this machine's Docker engine (every container on it stops) and bounds
-#    recoveries in seconds. Nothing else uses the engine meanwhile.
-step "integration tests that restart this machine's Docker engine and time recoveries (test_faults), alone"
-pytest -q tests/integration --part=faults --durations=10
-# 2. The rehearsal cluster's modules (own engines, sshd's, Slurm and ports: scripts/rehearsal.sh) in the background,
-#    beside the light modules that use links and this engine, then molecule's scenarios that start no vLLM of the
-#    local kind (each scenario on its own stack name and ports, on this engine): one at a time while the rehearsal
-#    runs, two once it ended; image_distribute last and alone (its relay's timeouts are seconds). The rehearsal's
-#    output comes in one piece when it ended.
-step "integration tests on the rehearsal cluster (background) beside the light modules"
+step "integration tests: the rehearsal cluster beside the unit tests, the light modules and molecule; then the local stack's"
+# The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
+# run in the background beside the light lane: the unit tests, the light modules, then the molecule scenarios that
+# start no vLLM (each on its own stack name and ports, on this engine), one at a time while the rehearsal runs and two
+# once it ended. The CPUs are busy all along (each step's header says how busy), so the two lanes share them. The
+# local stack's modules run afterwards, alone: test_faults restarts this engine (every container on it stops) and
+# bounds recoveries in seconds, and their vLLMs and the rehearsal's would starve each other on two cores. Then the
+# other molecule scenarios (four of them start vLLM), two at a time, image_distribute last and alone (its relay's
+# timeouts are seconds). The rehearsal's output comes in one piece when it ended. (Measured on the 2-core CI machine:
+# running test_faults first and alone, and the local stack's other modules beside the unit tests and molecule, took
+# longer in all: the cores were as busy, the rehearsal's neighbours heavier.)
 pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
 light_rc=0
-pytest -q tests/integration --part=light --durations=15 || light_rc=$?
-step "molecule beside the rehearsal: one scenario at a time while it runs, two once it ended; image_distribute alone"
+step "unit tests (beside the rehearsal)"
+pytest -q tests/unit --durations=10 || light_rc=$?
+step "integration tests: the light modules (beside the rehearsal)"
+[[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
+step "molecule: the scenarios that start no vLLM, one at a time beside the rehearsal, two once it ended"
 [[ $light_rc -eq 0 ]] && {
   MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$beds_pid molecule/run.sh \
-    base_image image_build l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job \
-    prometheus monitoring amd_metrics_exporter grafana preflight rollout_lock docker_host cliff_bench \
-    image_distribute || light_rc=$?
+    base_image image_build l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job || light_rc=$?
 }
-join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the light modules and molecule)" \
+join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
-# 3. The local stack's other modules (their deploys restart its vLLM: never beside the rehearsal's, they would starve
-#    each other) in the background, beside the unit tests, the quiet modules (no link, no local stack) and the molecule
-#    scenarios of the stack's own roles (LMCache, vLLM, health, teardown; one at a time).
-step "integration tests on the real local stack (background) beside the unit tests"
-pytest -q -p no:cacheprovider --basetemp="$lanes/stack-tmp" tests/integration --part=stack --durations=30 \
-  >"$lanes/stack.log" 2>&1 &
-stack_pid=$!
-side_rc=0
-pytest -q tests/unit --durations=10 || side_rc=$?
-step "integration tests: the quiet modules (beside the local stack's)"
-[[ $side_rc -eq 0 ]] && { pytest -q tests/integration --part=quiet --durations=10 || side_rc=$?; }
-step "molecule: the stack's own roles, one at a time (beside the local stack's modules)"
-[[ $side_rc -eq 0 ]] && { MOLECULE_JOBS=1 molecule/run.sh lmcache vllm health teardown || side_rc=$?; }
-join "$stack_pid" "$lanes/stack.log" "integration tests on the real local stack (beside the unit tests, the quiet modules and molecule)" \
-  "$side_rc"
+step "integration tests on the real local stack"
+pytest -q tests/integration --part=stack --durations=30
+step "molecule: the other scenarios (four start vLLM), two at a time, then image_distribute alone"
+MOLECULE_JOBS=2 molecule/run.sh prometheus monitoring lmcache vllm health teardown cliff_bench amd_metrics_exporter \
+  grafana preflight rollout_lock docker_host image_distribute
 step "done"

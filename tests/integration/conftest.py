@@ -54,41 +54,21 @@ PROMETHEUS_DIR = REPO / ".work" / "prometheus"
 # the light modules (--part=beds next to --part=light), never beside the local stack's, whose vLLMs would starve
 # theirs on two cores.
 BED_MODULES = ("test_rehearsal_bed", "test_rehearsal")
-# test_faults restarts this machine's Docker engine (every container on it stops) and bounds recoveries in seconds:
-# scripts/run-tests.sh runs it alone (--part=faults), before anything else uses the engine; --part=stack leaves it out.
-FAULT_MODULES = ("test_faults",)
-# Light modules that touch neither the local stack nor a timed link, and use little of the engine: scripts/run-tests.sh
-# runs them beside the local stack's modules (--part=quiet) instead of beside the rehearsal (--part=light).
-QUIET_MODULES = (
-    "test_rocm_build",
-    "test_preflight",
-    "test_slurm_inventory",
-    "test_slurm_job",
-    "test_cliff_bench_slurm",
-    "test_log_stream",
-)
 
 
 def pytest_addoption(parser):
     parser.addoption(
         "--part",
-        choices=("all", "beds", "faults", "stack", "quiet", "light"),
+        choices=("all", "beds", "light", "stack"),
         default="all",
-        help="run one part of the integration suite: the rehearsal cluster's modules (beds), the one that restarts "
-        "the Docker engine (faults, FAULT_MODULES), the other local stack's (stack, STACK_MODULES), the light ones that "
-        "may run beside those (quiet, QUIET_MODULES) or every other one (light); default all",
+        help="run one part of the integration suite: the rehearsal cluster's modules (beds), the local stack's "
+        "(stack, STACK_MODULES) or every other one (light); default all",
     )
 
 
 def part_of(item):
     name = pathlib.Path(str(item.fspath)).stem
-    if name in BED_MODULES:
-        return "beds"
-    if name in FAULT_MODULES:
-        return "faults"
-    if name in STACK_MODULES:
-        return "stack"
-    return "quiet" if name in QUIET_MODULES else "light"
+    return "beds" if name in BED_MODULES else "stack" if name in STACK_MODULES else "light"
 
 
 def pytest_collection_modifyitems(config, items):
