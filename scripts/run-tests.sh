@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs: the Docker engine, the real local stack (deployed beside lint), then the integration tests in
-# parts (the rehearsal cluster beside the unit tests and the light modules, then the local stack's), molecule.
+# parts (the rehearsal cluster beside the unit tests, the light modules and the light molecule scenarios; then the
+# local stack's beside the other molecule scenarios).
 # Needs: the venv (make setup) and Prometheus's promtool (scripts/host-deps.sh). The Docker engine is started here by
 # the collection's own docker_host role (playbooks/host.yml), exactly as `make deploy` starts it.
 set -euo pipefail
@@ -75,12 +76,9 @@ step "integration tests: the rehearsal cluster beside the unit tests, the light 
 # run in the background beside the light lane: the unit tests, the light modules, then the molecule scenarios that
 # start no vLLM (each on its own stack name and ports, on this engine), one at a time while the rehearsal runs and two
 # once it ended. The CPUs are busy all along (each step's header says how busy), so the two lanes share them. The
-# local stack's modules run afterwards, alone: test_faults restarts this engine (every container on it stops) and
-# bounds recoveries in seconds, and their vLLMs and the rehearsal's would starve each other on two cores. Then the
-# other molecule scenarios (four of them start vLLM), two at a time, image_distribute last and alone (its relay's
-# timeouts are seconds). The rehearsal's output comes in one piece when it ended. (Measured on the 2-core CI machine:
-# running test_faults first and alone, and the local stack's other modules beside the unit tests and molecule, took
-# longer in all: the cores were as busy, the rehearsal's neighbours heavier.)
+# local stack's part comes afterwards (below): its vLLMs and the rehearsal's would starve each other on two cores.
+# (Measured on the 2-core CI machine: running test_faults first and alone, and the local stack's other modules beside
+# the unit tests and molecule, took longer in all: the cores were as busy, the rehearsal's neighbours heavier.)
 pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
@@ -96,9 +94,19 @@ step "molecule: the scenarios that start no vLLM, one at a time beside the rehea
 }
 join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
-step "integration tests on the real local stack"
-pytest -q tests/integration --part=stack --durations=30
-step "molecule: the other scenarios (four start vLLM), two at a time, then image_distribute alone"
-MOLECULE_JOBS=2 molecule/run.sh prometheus monitoring lmcache vllm health teardown cliff_bench amd_metrics_exporter \
-  grafana preflight rollout_lock docker_host image_distribute
+# The local stack's part: first, alone, the tests that restart this engine (every container on it stops, molecule's
+# instances too); then the local stack's other modules in the background beside the other molecule scenarios (four of
+# them start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
+# alone (its relay's timeouts are seconds). Alone, the local stack's modules keep the cores half idle (50-60 %: they
+# mostly wait for vLLM and LMCache to start and for health), which the scenarios use.
+step "integration tests on the real local stack: the Docker engine's restart, alone"
+pytest -q tests/integration --part=engine --durations=5
+pytest -q -p no:cacheprovider --basetemp="$lanes/stack-tmp" --durations=30 tests/integration --part=stack \
+  >"$lanes/stack.log" 2>&1 &
+stack_pid=$!
+molecule_rc=0
+step "molecule: the other scenarios (four start vLLM), one at a time beside the local stack's modules, then image_distribute alone"
+MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$stack_pid molecule/run.sh prometheus monitoring lmcache vllm health teardown \
+  cliff_bench amd_metrics_exporter grafana preflight rollout_lock docker_host image_distribute || molecule_rc=$?
+join "$stack_pid" "$lanes/stack.log" "integration tests on the real local stack (beside molecule)" "$molecule_rc"
 step "done"

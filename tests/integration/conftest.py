@@ -59,16 +59,21 @@ BED_MODULES = ("test_rehearsal_bed", "test_rehearsal")
 def pytest_addoption(parser):
     parser.addoption(
         "--part",
-        choices=("all", "beds", "light", "stack"),
+        choices=("all", "beds", "light", "stack", "engine"),
         default="all",
         help="run one part of the integration suite: the rehearsal cluster's modules (beds), the local stack's "
-        "(stack, STACK_MODULES) or every other one (light); default all",
+        "tests that restart this machine's Docker engine (engine, marked restarts_engine), the local stack's other "
+        "tests (stack, STACK_MODULES) or every other one (light); default all",
     )
 
 
 def part_of(item):
     name = pathlib.Path(str(item.fspath)).stem
-    return "beds" if name in BED_MODULES else "stack" if name in STACK_MODULES else "light"
+    if name in BED_MODULES:
+        return "beds"
+    if item.get_closest_marker("restarts_engine"):
+        return "engine"
+    return "stack" if name in STACK_MODULES else "light"
 
 
 def pytest_collection_modifyitems(config, items):

@@ -218,6 +218,7 @@ def test_a_hung_engine_is_unhealthy_failed_by_the_health_check_and_alerted(defau
     assert unhealthy_after <= 10 + HEALTH_SLACK, unhealthy_after
 
 
+@pytest.mark.restarts_engine
 def test_a_docker_engine_restart_brings_the_whole_stack_back_by_itself(default, tmp_path):
     """dockerd stopped (its containers with it) and started again, as its service manager would: the restart policies
     and the guard bring every container back in a working order, with no deploy; the next deploy changes nothing."""
