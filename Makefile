@@ -11,7 +11,8 @@ PLAYBOOK := $(BIN)/ansible-playbook -i $(INVENTORY)
 ## setup: create the venv with the pinned requirements and link the repo as the collection aic.stack
 setup: $(VENV)/.installed .collections/ansible_collections/aic/stack
 
-$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt scripts/setup-venv.sh
+$(VENV)/.installed: requirements.txt requirements-test.txt constraints.txt scripts/setup-venv.sh scripts/venv/aic_zipimport_cache.py \
+		scripts/venv/aic_zipimport_cache.pth
 	scripts/setup-venv.sh $(VENV)
 
 .collections/ansible_collections/aic/stack:

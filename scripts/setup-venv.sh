@@ -17,4 +17,8 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PYTHON" -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r requirements-test.txt -c constraints.txt
+# The venv's compiled-code cache for modules imported from zip archives (every Ansible module's payload runs that way
+# on the nodes whose interpreter is this venv's: scripts/venv/aic_zipimport_cache.py says why and how).
+site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+install -m 0644 scripts/venv/aic_zipimport_cache.py scripts/venv/aic_zipimport_cache.pth "$site/"
 touch "$VENV/.installed"
