@@ -51,6 +51,9 @@ step "the local stack, deployed as make deploy deploys it (in the background, be
 # artifact, the locally built monitoring images) and some unit tests run containers of its base image, so it comes
 # first. Much of a deploy from a clean checkout waits on the network (the wheelhouse) and on the disk (the image's
 # tarball): lint and ansible-test sanity run meanwhile; its output comes when it ended.
+# The build outputs of the last run on this machine (the stack image's tarball and the wheelhouse, named by content):
+# the build finds them instead of writing them again (scripts/build-cache.sh).
+scripts/build-cache.sh seed "$PWD/.work"
 ansible-playbook -i inventories/local deploy.yml >"$lanes/deploy.log" 2>&1 &
 deploy_pid=$!
 lint_rc=0
@@ -71,6 +74,7 @@ lint_rc=0
   exit $rc
 ) || lint_rc=$?
 join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" "$lint_rc"
+scripts/build-cache.sh keep "$PWD/.work"
 step "integration tests: the rehearsal cluster beside the unit tests, the light modules and molecule; then the local stack's"
 # The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
 # run in the background beside the light lane: the unit tests, the light modules, then the molecule scenarios that
