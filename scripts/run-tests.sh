@@ -98,6 +98,8 @@ step "molecule: the scenarios that start no vLLM, one at a time beside the rehea
 }
 join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
   "$light_rc"
+# The monitoring images' artifacts that the rehearsal's distribution saved, for the next run too.
+scripts/build-cache.sh keep "$PWD/.work"
 # The local stack's part: first, alone, the tests that restart this engine (every container on it stops, molecule's
 # instances too); then the local stack's other modules in the background beside the other molecule scenarios (four of
 # them start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
