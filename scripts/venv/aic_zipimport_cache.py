@@ -8,24 +8,19 @@ module's CPU time on the controller's own nodes. This keeps each compiled file b
 source compiles once per interpreter version; a hit gives the same code with the file name of this import (tracebacks
 name the archive the module really ran from).
 
-Content-addressed and per bytecode version (``importlib.util.MAGIC_NUMBER`` and ``-O`` level), so an entry can never be
-stale; an entry that cannot be read is compiled again and rewritten; a cache that cannot be written only costs the
+Content-addressed, per interpreter (``sys.implementation.cache_tag``, as ``__pycache__`` names) and ``-O`` level, each
+entry headed by the bytecode's magic number, so an entry can never be stale; an entry that cannot be read is compiled again and rewritten; a cache that cannot be written only costs the
 compile. ``AIC_ZIPIMPORT_CACHE``: the directory (default ``$XDG_CACHE_HOME/aic-stack/zipimport``, else
 ``~/.cache/aic-stack/zipimport``), or ``off``. It changes nothing but where the code comes from: interpreters outside
 this venv (a node's own Python, molecule's instances) compile as before.
 """
 
-from __future__ import annotations
-
-import contextlib
-import hashlib
-import importlib.util
-import marshal
 import os
 import sys
-import types
 import zipimport
 
+# Every interpreter of the venv loads this module at its start: it imports nothing more until the first import from a
+# zip archive (hashlib alone would cost a few milliseconds at every start).
 ENV = "AIC_ZIPIMPORT_CACHE"
 
 
@@ -38,26 +33,32 @@ def cache_dir(environ=None):
     base = configured or os.path.join(
         environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "aic-stack", "zipimport"
     )
-    return os.path.join(base, f"{importlib.util.MAGIC_NUMBER.hex()}-O{sys.flags.optimize}")
+    return os.path.join(base, f"{sys.implementation.cache_tag}-O{sys.flags.optimize}")
 
 
 def refile(code, filename):
     """``code`` and every code object nested in it, with ``co_filename`` set to ``filename``."""
-    consts = tuple(refile(c, filename) if isinstance(c, types.CodeType) else c for c in code.co_consts)
+    consts = tuple(refile(c, filename) if isinstance(c, type(code)) else c for c in code.co_consts)
     return code.replace(co_filename=filename, co_consts=consts)
 
 
 def cached_compile(compile_source, directory):
     """A replacement for ``zipimport._compile_source(pathname, source)`` that keeps what ``compile_source`` compiles
-    under ``directory``, by the sha256 of the source."""
+    under ``directory``, by the sha256 of the source, each entry headed by the bytecode's magic number."""
 
     def compile_cached(pathname, source):
+        import hashlib
+        import importlib.util
+        import marshal
+
+        magic = importlib.util.MAGIC_NUMBER
         entry = os.path.join(directory, hashlib.sha256(source).hexdigest())
         try:
             with open(entry, "rb") as fh:
-                code = marshal.load(fh)
-            if isinstance(code, types.CodeType):
-                return refile(code, pathname)
+                if fh.read(len(magic)) == magic:
+                    code = marshal.load(fh)
+                    if type(code).__name__ == "code":
+                        return refile(code, pathname)
         except (OSError, EOFError, ValueError, TypeError):
             pass
         code = compile_source(pathname, source)
@@ -65,6 +66,7 @@ def cached_compile(compile_source, directory):
             os.makedirs(directory, mode=0o700, exist_ok=True)
             partial = f"{entry}.{os.getpid()}.partial"
             with open(partial, "wb") as fh:
+                fh.write(magic)
                 marshal.dump(code, fh)
             os.replace(partial, entry)  # whole or absent: a concurrent reader never sees half an entry
         except OSError:
@@ -85,6 +87,7 @@ def install(environ=None):
     return directory
 
 
-# Never the reason an interpreter does not start.
-with contextlib.suppress(Exception):
+try:  # noqa: SIM105 - contextlib would be one more import at every interpreter start
     install()
+except Exception:  # noqa: BLE001, S110 - never the reason an interpreter does not start  # pragma: no cover
+    pass

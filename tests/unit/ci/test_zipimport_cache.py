@@ -51,7 +51,7 @@ def run(code):
 
 
 def test_the_directory_is_per_bytecode_version_and_can_be_moved_or_turned_off(tmp_path):
-    tag = f"{importlib.util.MAGIC_NUMBER.hex()}-O{sys.flags.optimize}"
+    tag = f"{sys.implementation.cache_tag}-O{sys.flags.optimize}"
     assert cache.cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == str(tmp_path / "aic-stack" / "zipimport" / tag)
     assert cache.cache_dir({cache.ENV: str(tmp_path / "here")}) == str(tmp_path / "here" / tag)
     home = os.path.join(os.path.expanduser("~"), ".cache", "aic-stack", "zipimport", tag)
@@ -83,11 +83,17 @@ def test_a_broken_entry_is_compiled_again_and_rewritten(tmp_path):
     entry.write_bytes(b"\x00not marshal")
     assert run(compile_cached("/b.zip/m.py", SOURCE))[0] == 42
     assert counting.calls == ["/a.zip/m.py", "/b.zip/m.py"]
-    assert marshal.loads(entry.read_bytes()).co_filename == "/b.zip/m.py"
+    magic = importlib.util.MAGIC_NUMBER
+    assert entry.read_bytes()[: len(magic)] == magic
+    assert marshal.loads(entry.read_bytes()[len(magic) :]).co_filename == "/b.zip/m.py"
     # An entry holding something that is not code (marshal reads it) is no hit either.
-    entry.write_bytes(marshal.dumps(("not", "code")))
+    entry.write_bytes(magic + marshal.dumps(("not", "code")))
     assert run(compile_cached("/c.zip/m.py", SOURCE))[0] == 42
     assert len(counting.calls) == 3
+    # Nor is code of another bytecode version (another magic number).
+    entry.write_bytes(b"\x00\x00\r\n" + marshal.dumps(compile(SOURCE, "/old.zip/m.py", "exec")))
+    assert run(compile_cached("/d.zip/m.py", SOURCE)) == (42, "/d.zip/m.py")
+    assert len(counting.calls) == 4
 
 
 def test_a_cache_that_cannot_be_written_only_costs_the_compile(tmp_path):
@@ -98,6 +104,18 @@ def test_a_cache_that_cannot_be_written_only_costs_the_compile(tmp_path):
     assert run(compile_cached("/a.zip/m.py", SOURCE))[0] == 42
     assert run(compile_cached("/a.zip/m.py", SOURCE))[0] == 42
     assert len(counting.calls) == 2
+
+
+def test_an_interpreter_start_imports_nothing_more():
+    """Every interpreter of the venv loads the hook: it imports no module beyond what Python's start already has
+    (with -S, os is imported first, as the site module does)."""
+    hook_dir = str(HOOK.parent)
+    code = (
+        f"import os, sys; before = set(sys.modules); sys.path.insert(0, {hook_dir!r}); import aic_zipimport_cache; "
+        "print(sorted(set(sys.modules) - before - {'aic_zipimport_cache'}))"
+    )
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
 
 
 def test_off_installs_nothing():
