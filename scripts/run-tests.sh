@@ -100,13 +100,13 @@ join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (
   "$light_rc"
 # The monitoring images' artifacts that the rehearsal's distribution saved, for the next run too.
 scripts/build-cache.sh keep "$PWD/.work"
-# The local stack's part: first, alone, the tests that restart this engine (every container on it stops, molecule's
-# instances too); then the local stack's other modules in the background beside the other molecule scenarios (four of
+# The local stack's part: first, alone, test_faults (--part=alone: it restarts this engine, every container on it
+# stops, molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks); then the local stack's other modules in the background beside the other molecule scenarios (four of
 # them start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
 # alone (its relay's timeouts are seconds). Alone, the local stack's modules keep the cores half idle (50-60 %: they
 # mostly wait for vLLM and LMCache to start and for health), which the scenarios use.
-step "integration tests on the real local stack: the Docker engine's restart, alone"
-pytest -q tests/integration --part=engine --durations=5
+step "integration tests on the real local stack: the faults (the Docker engine's restart among them), alone"
+pytest -q tests/integration --part=alone --durations=10
 pytest -q -p no:cacheprovider --basetemp="$lanes/stack-tmp" --durations=30 tests/integration --part=stack \
   >"$lanes/stack.log" 2>&1 &
 stack_pid=$!

@@ -59,10 +59,11 @@ BED_MODULES = ("test_rehearsal_bed", "test_rehearsal")
 def pytest_addoption(parser):
     parser.addoption(
         "--part",
-        choices=("all", "beds", "light", "stack", "engine"),
+        choices=("all", "beds", "light", "stack", "alone"),
         default="all",
         help="run one part of the integration suite: the rehearsal cluster's modules (beds), the local stack's "
-        "tests that restart this machine's Docker engine (engine, marked restarts_engine), the local stack's other "
+        "tests that must run alone (alone, marked alone: they restart the Docker engine or bound recoveries in "
+        "seconds), the local stack's other "
         "tests (stack, STACK_MODULES) or every other one (light); default all",
     )
 
@@ -71,8 +72,8 @@ def part_of(item):
     name = pathlib.Path(str(item.fspath)).stem
     if name in BED_MODULES:
         return "beds"
-    if item.get_closest_marker("restarts_engine"):
-        return "engine"
+    if item.get_closest_marker("alone"):
+        return "alone"
     return "stack" if name in STACK_MODULES else "light"
 
 
