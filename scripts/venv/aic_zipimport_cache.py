@@ -9,10 +9,11 @@ source compiles once per interpreter version; a hit gives the same code with the
 name the archive the module really ran from).
 
 Content-addressed, per interpreter (``sys.implementation.cache_tag``, as ``__pycache__`` names) and ``-O`` level, each
-entry headed by the bytecode's magic number, so an entry can never be stale; an entry that cannot be read is compiled again and rewritten; a cache that cannot be written only costs the
-compile. ``AIC_ZIPIMPORT_CACHE``: the directory (default ``$XDG_CACHE_HOME/aic-stack/zipimport``, else
-``~/.cache/aic-stack/zipimport``), or ``off``. It changes nothing but where the code comes from: interpreters outside
-this venv (a node's own Python, molecule's instances) compile as before.
+entry headed by the bytecode's magic number, so an entry can never be stale; an entry that cannot be read is compiled
+again and rewritten; a cache that cannot be written only costs the compile. ``AIC_ZIPIMPORT_CACHE``: the directory
+(default ``$XDG_CACHE_HOME/aic-stack/zipimport``, else ``~/.cache/aic-stack/zipimport``), or ``off``. It changes
+nothing but where the code comes from. Molecule's instance image installs it too (molecule/shared/instance/); other
+interpreters (a node's own Python) compile as before.
 """
 
 import os
