@@ -143,7 +143,11 @@ def test_an_lmcache_that_restarted_under_vllm_ends_vllm_and_its_children(lmcache
 
 
 def test_lmcache_down_then_back_with_a_new_start_time_ends_vllm(lmcache, tmp_path):
-    proc = start_guard(lmcache, vllm(tmp_path, "import time; time.sleep(60)"))
+    body = "import pathlib, sys, time; pathlib.Path(sys.argv[1], 'up').write_text(''); time.sleep(60)"
+    proc = start_guard(lmcache, vllm(tmp_path, body))
+    # The guard notes its start before it starts vLLM: a start time set after this is after it, however slowly a
+    # busy machine started the guard.
+    wait_for(tmp_path / "up")
     time.sleep(0.5)
     lmcache.started = None  # down: no answer, nothing to decide
     time.sleep(1)
