@@ -55,13 +55,10 @@ for scenario in "${scenarios[@]}"; do
   fi
 done
 
-# What a run that was killed may have left on the engine: instances (aic-molecule-*) and the scenarios' stacks
-# (aicmol*: every scenario's aic_stack_name). Removed once here, so the scenarios' sequences start at create instead
-# of a cleanup and a destroy each (each scenario destroys its instance and removes its stack at its end, passed or failed).
-leftover=$(docker ps -aq --filter name=^aic-molecule- --filter name=^aicmol)
-[[ -z "$leftover" ]] || docker rm -f $leftover >/dev/null
-for network in $(docker network ls -q --filter name=aicmol); do docker network rm "$network" >/dev/null || true; done
-for volume in $(docker volume ls -q --filter name=aicmol); do docker volume rm "$volume" >/dev/null || true; done
+# What a run that was killed may have left on the engine (instances, the scenarios' stacks): removed once here, so
+# the scenarios' sequences start at create instead of a cleanup and a destroy each (each scenario destroys its
+# instance and removes its stack at its end, passed or failed).
+molecule/shared/remove-leftovers.sh
 
 ALONE=" image_distribute "
 jobs_max=${MOLECULE_JOBS:-2}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Everything CI runs: the Docker engine, the real local stack (deployed beside lint), then the integration tests in
-# parts (the rehearsal cluster beside the unit tests, the light modules and the light molecule scenarios; then the
-# local stack's beside the other molecule scenarios).
+# Everything CI runs: the Docker engine, the real local stack (deployed with lint beside it), then the integration
+# tests in parts (the rehearsal cluster beside lint's rest, the unit tests, the light modules and the light molecule
+# scenarios; then the local stack's beside the other molecule scenarios).
 # Needs: the venv (make setup) and Prometheus's promtool (scripts/host-deps.sh). The Docker engine is started here by
 # the collection's own docker_host role (playbooks/host.yml), exactly as `make deploy` starts it.
 set -euo pipefail
@@ -38,25 +38,28 @@ join() {
       grep -E -A3 'fatal: \[|failed: \[|FAILED!|ERROR!|^(E|FAILED) ' "$log" | cut -c1-600 | tail -60 || true
     fi
     echo "$what: rc $rc; the part beside it: rc $rc_beside" >&2
+    # Nothing left running behind the run (lint, when the deploy failed).
+    wait || true
     exit 1
   fi
 }
 
 step "start the Docker engine (playbooks/host.yml, role docker_host)"
 ansible-playbook -i inventories/local playbooks/host.yml
+# A molecule stack that a killed run left restarts with the engine and busy-polls until molecule/run.sh removes it.
+molecule/shared/remove-leftovers.sh
 lanes=$(mktemp -d)
 trap 'rm -rf "$lanes"' EXIT
-step "the local stack, deployed as make deploy deploys it (in the background, beside lint)"
+step "the local stack, deployed as make deploy deploys it (in the background; lint beside it and beside the next part)"
 # The integration modules start from it, the rehearsal cluster takes its stand-ins from it (the cpu stack image's
 # artifact, the locally built monitoring images) and some unit tests run containers of its base image, so it comes
-# first. Much of a deploy from a clean checkout waits on the network (the wheelhouse) and on the disk (the image's
-# tarball): lint and ansible-test sanity run meanwhile; its output comes when it ended.
+# first. Lint and ansible-test sanity need none of it: they start beside it and go on beside the next part (the cores
+# are not busy all along a deploy: it waits on containers and health); their output comes once the light lane ended.
 # The build outputs of the last run on this machine (the stack image's tarball and the wheelhouse, named by content):
 # the build finds them instead of writing them again (scripts/build-cache.sh).
 scripts/build-cache.sh seed "$PWD/.work"
 ansible-playbook -i inventories/local deploy.yml >"$lanes/deploy.log" 2>&1 &
 deploy_pid=$!
-lint_rc=0
 # Every check runs and each failure counts (set -e would not: it is off in a subshell on the left of ||).
 (
   rc=0
@@ -72,10 +75,15 @@ lint_rc=0
   step "ansible-test sanity (scripts/sanity.sh; findings ignored only with a reason in tests/sanity/ignore-2.19.txt)"
   VENV="${VENV:-.venv}" scripts/sanity.sh || rc=1
   exit $rc
-) || lint_rc=$?
-join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" "$lint_rc"
+) >"$lanes/lint.log" 2>&1 &
+lint_pid=$!
+join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" 0
 scripts/build-cache.sh keep "$PWD/.work"
-step "integration tests: the rehearsal cluster beside the unit tests, the light modules and molecule; then the local stack's"
+# Nothing in the next part uses the local stack's services, and an idle LMCache and vLLM are not idle: LMCache polls
+# every 5 ms and vLLM's engine wakes ~2000 times a second (its gloo threads), 8-10 % of a core together. Stopped
+# here, they are started again by the local stack part's first deploy (a deploy finds them stopped and starts them).
+docker stop -t 60 aic-vllm >/dev/null && docker stop aic-lmcache >/dev/null
+step "integration tests: the rehearsal cluster beside lint, the unit tests, the light modules and molecule; then the local stack's"
 # The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
 # run in the background beside the light lane: the unit tests, the light modules, then the molecule scenarios that
 # start no vLLM (each on its own stack name and ports, on this engine), one at a time while the rehearsal runs and two
@@ -96,8 +104,12 @@ step "molecule: the scenarios that start no vLLM, one at a time beside the rehea
   MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$beds_pid molecule/run.sh \
     base_image image_build l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job || light_rc=$?
 }
+lint_rc=0
+wait "$lint_pid" || lint_rc=$?
+step "lint (ran in the background beside the deploy and the unit tests; rc $lint_rc)"
+cat "$lanes/lint.log"
 join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (beside the unit tests, the light modules and molecule)" \
-  "$light_rc"
+  "$((light_rc | lint_rc))"
 # The monitoring images' artifacts that the rehearsal's distribution saved, for the next run too.
 scripts/build-cache.sh keep "$PWD/.work"
 # The local stack's part: first, alone, test_faults (--part=alone: it restarts this engine, every container on it
