@@ -79,9 +79,10 @@ deploy_pid=$!
 lint_pid=$!
 join "$deploy_pid" "$lanes/deploy.log" "the local stack's deploy (beside lint)" 0
 scripts/build-cache.sh keep "$PWD/.work"
-# Nothing in the next part uses the local stack's services, and an idle LMCache and vLLM are not idle: LMCache polls
-# every 5 ms and vLLM's engine wakes ~2000 times a second (its gloo threads), 8-10 % of a core together. Stopped
-# here, they are started again by the local stack part's first deploy (a deploy finds them stopped and starts them).
+# Nothing in the next part uses the local stack's services, and an idle LMCache and vLLM are not idle: LMCache's
+# server drains its completion queue every 5 ms, vLLM's engine runs a gloo TCP loop thread per process group, each
+# waking every 10 ms. Stopped here, they are started again by the local stack part's first deploy (a deploy finds them
+# stopped and starts them).
 docker stop -t 60 aic-vllm >/dev/null && docker stop aic-lmcache >/dev/null
 step "integration tests: the rehearsal cluster beside lint, the unit tests, the light modules and molecule; then the local stack's"
 # The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
