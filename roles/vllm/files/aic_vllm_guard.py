@@ -103,7 +103,8 @@ class Guard:
             if self.stopping:
                 continue
             restarted = self.lmcache_restarted()
-            if restarted is not None:
+            # A docker stop that arrived while the probe waited for its answer wins: vLLM drains, whatever LMCache did.
+            if restarted is not None and not self.stopping:
                 log(
                     f"the LMCache server at {self.lmcache_url} started at {restarted:.2f}, after this vLLM "
                     f"({self.started_at:.2f}): ending vLLM so that the container restarts and attaches to it"

@@ -181,6 +181,21 @@ def test_docker_stop_reaches_vllm_alone_which_drains_and_the_guard_keeps_its_sta
     assert (tmp_path / "drained").read_text() == "None"
 
 
+def test_a_stop_that_arrives_while_a_probe_waits_wins_over_what_the_probe_saw():
+    """docker stop's SIGTERM lands during the probe of an LMCache that restarted meanwhile (a busy machine answered
+    the probe late): vLLM gets the SIGTERM and drains; the guard does not end it for the restart."""
+    guard = None
+
+    def probe(url):
+        guard.on_signal(signal.SIGTERM, None)
+        return time.time() + 100
+
+    command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    guard = guard_module.Guard(command, "http://127.0.0.1:9", interval=0.1, grace=1, probe=probe)
+    # vLLM's own exit (the SIGTERM the guard passed on), not the guard's restart status.
+    assert guard.run() == 128 + signal.SIGTERM
+
+
 def test_a_vllm_killed_by_a_signal_exits_like_a_shell_says():
     command = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     assert guard_module.Guard(command, "http://127.0.0.1:9", probe=lambda url: None).run() == 128 + 9
