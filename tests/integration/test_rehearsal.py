@@ -330,6 +330,7 @@ def devices(node):
 TURN_STARTS = "Note where this node starts"
 TURN_HEALTHY = "Note that this node is healthy"
 LONG_STREAMS = 3
+LONG_TOKENS = (128, 96, 176)  # within the stand-in's max_model_len 256, with the prompt
 KILL_EVENT_SLACK = 2.0
 
 
@@ -347,9 +348,12 @@ class Load:
         self.turn_at = {}
         self.threads = [threading.Thread(target=self.steady, args=(n,), daemon=True) for n in nodes]
         # Several long streams per node: when its vLLM gets SIGTERM, some long request sent well before is in flight.
+        # Each stream asks for a different length: streams of one length end together and start again together, and a
+        # SIGTERM landing just after such a restart would find nothing sent before it still in flight.
         self.threads += [
-            threading.Thread(target=self.long, args=(n,), daemon=True) for n in nodes for _dummy in range(LONG_STREAMS)
-        ]
+            threading.Thread(target=self.long, args=(n, LONG_TOKENS[i % len(LONG_TOKENS)]), daemon=True)
+            for n in nodes for i in range(LONG_STREAMS)
+        ]  # fmt: skip
 
     def one(self, node, kind, max_tokens):
         start = time.time()
@@ -366,11 +370,11 @@ class Load:
             self.one(node, "steady", 4)
             self.stop.wait(1)
 
-    def long(self, node):
+    def long(self, node, max_tokens):
         while not self.stop.is_set():
             if not self.turn[node].wait(0.5):
                 continue
-            if self.one(node, "long", 128) != "ok":
+            if self.one(node, "long", max_tokens) != "ok":
                 self.stop.wait(1)
 
     def on_event(self, event):
