@@ -59,7 +59,8 @@ def plan_of(hostvars, host):
         raise MonitoringError(f"{host}: invalid input: {exc}") from exc
 
 
-def _node_plan(hostvars, host):
+def node_plan(hostvars, host):
+    """The ``aic_plan`` the host's preflight published (MonitoringError naming the host when there is none)."""
     variables = _host_vars(hostvars, host)
     plan = _get(variables, "aic_plan")
     if not plan:
@@ -67,19 +68,22 @@ def _node_plan(hostvars, host):
     return plan
 
 
-def job_monitoring_host(hostvars, nodes, default=""):
-    """The inventory host that runs the job's Prometheus: the nodes' ``aic_monitoring_host`` (all that set it must
-    agree), else ``default`` (the playbook passes ``groups['aic_nodes'] | first``), else the first node."""
+def job_host(hostvars, nodes, section, default="", *, within_job=False):
+    """The inventory host that runs the job's one service of the plan's ``section`` (``monitoring``: Prometheus;
+    ``router``: the vllm-router): the nodes' ``plan[section]["host"]`` (``aic_<section>_host``; all that set it must
+    agree), else ``default`` (the playbook passes ``groups['aic_nodes'] | first``), else the first node. It must be a
+    host of the inventory and, ``within_job``, one of ``nodes``."""
+    field = f"aic_{section}_host"
     nodes = list(nodes)
     requested = {}
     for host in nodes:
         plan = _get(_host_vars(hostvars, host), "aic_plan") or {}
-        value = _get(_get(plan, "monitoring", {}), "host", "")
+        value = _get(_get(plan, section, {}), "host", "")
         if value:
             requested.setdefault(value, []).append(host)
     if len(requested) > 1:
         detail = "; ".join(f"{value!r} on {', '.join(hosts)}" for value, hosts in sorted(requested.items()))
-        raise MonitoringError(f"aic_monitoring_host: the nodes disagree on the job's monitoring host ({detail})")
+        raise MonitoringError(f"{field}: the nodes disagree on the job's {section} host ({detail})")
     if requested:
         host = next(iter(requested))
     elif default:
@@ -87,10 +91,19 @@ def job_monitoring_host(hostvars, nodes, default=""):
     elif nodes:
         host = nodes[0]
     else:
-        raise MonitoringError("aic_monitoring_host: no nodes, and no monitoring host given")
+        raise MonitoringError(f"{field}: no nodes, and no {section} host given")
     if host not in hostvars:
-        raise MonitoringError(f"aic_monitoring_host: {host!r} is not a host of the inventory")
+        raise MonitoringError(f"{field}: {host!r} is not a host of the inventory")
+    if within_job and host not in nodes:
+        raise MonitoringError(f"{field}: {host!r} is not a node of the job ({', '.join(nodes)})")
     return host
+
+
+def job_monitoring_host(hostvars, nodes, default=""):
+    """The inventory host that runs the job's Prometheus: the nodes' ``aic_monitoring_host`` (all that set it must
+    agree), else ``default`` (the playbook passes ``groups['aic_nodes'] | first``), else the first node; any host of
+    the inventory."""
+    return job_host(hostvars, nodes, "monitoring", default)
 
 
 def job_prometheus_url(hostvars, monitoring_host):
@@ -100,18 +113,20 @@ def job_prometheus_url(hostvars, monitoring_host):
 
 
 def is_local(host, monitoring_host):
-    """Whether Prometheus reaches ``host``'s containers by name on its own bridge network (same host, same engine)."""
+    """Whether a container on ``monitoring_host`` (Prometheus, or the router) reaches ``host``'s containers by name on
+    its own bridge network (same host, same engine)."""
     return host == monitoring_host
 
 
-def _address(host, plan, monitoring_host):
-    """``host:port`` prefix for a node's published ports, checked to be reachable from another host."""
+def published_address(host, plan, reader, reader_role="monitoring host"):
+    """The address part of ``<address>:<port>`` for a node's published ports (IPv6 bracketed), checked to be
+    reachable from ``reader``, another host (the ``reader_role``: the monitoring host, the router host)."""
     advertise = plan["advertise_address"]
     bind = plan["bind_address"]
     if _unreachable(advertise):
         raise MonitoringError(
-            f"{host}: aic_advertise_address is {advertise!r} (empty = aic_bind_address), which the monitoring host "
-            f"{monitoring_host} cannot reach; set it to the name or IP address other hosts use for {host}"
+            f"{host}: aic_advertise_address is {advertise!r} (empty = aic_bind_address), which the {reader_role} "
+            f"{reader} cannot reach; set it to the name or IP address other hosts use for {host}"
         )
     try:
         loopback = ipaddress.ip_address(bind).is_loopback
@@ -120,7 +135,7 @@ def _address(host, plan, monitoring_host):
     if loopback and bind != advertise:
         raise MonitoringError(
             f"{host}: aic_bind_address {bind} publishes the services on {host}'s loopback only, out of reach of the "
-            f"monitoring host {monitoring_host}; set aic_bind_address (0.0.0.0, or the address of aic_advertise_address)"
+            f"{reader_role} {reader}; set aic_bind_address (0.0.0.0, or the address of aic_advertise_address)"
         )
     return f"[{advertise}]" if ":" in advertise else advertise
 
@@ -154,9 +169,9 @@ def _running(variables, plan):
 def _node_targets(hostvars, host, monitoring_host):
     """[(job, target, labels)] of one node, in prometheus.yml order."""
     variables = _host_vars(hostvars, host)
-    plan = _node_plan(hostvars, host)
+    plan = node_plan(hostvars, host)
     local = is_local(host, monitoring_host)
-    address = None if local else _address(host, plan, monitoring_host)
+    address = None if local else published_address(host, plan, monitoring_host)
     gpus = {f"{i['name']}:{i['port']}": i["gpu"] for i in plan["vllm_instances"]}
     jobs = [j for j in plan["prometheus"]["jobs"] if j["job"] != _PROMETHEUS_JOB]
     jobs += list(plan["monitoring"]["jobs"]) + _running(variables, plan)
@@ -207,7 +222,7 @@ def cluster_expected_targets(hostvars, hosts, monitoring_host=None, exporters=Tr
         out.append({"job": _PROMETHEUS_JOB, "node": monitoring_host})
     exporter_jobs = set()
     for host in dict.fromkeys(hosts):
-        plan = _node_plan(hostvars, host)
+        plan = node_plan(hostvars, host)
         exporter_jobs = {e["job"] for e in plan["monitoring"]["exporters"]}
         # Targets are resolved against the node itself: only the labels matter here, not the addresses.
         for job, _target, labels in _node_targets(hostvars, host, host):
