@@ -164,6 +164,28 @@ DEFAULTS = {
     "aic_grafana_enabled": False,
     "aic_grafana_image": "grafana/grafana:13.1.3",
     "aic_grafana_port": 3000,
+    # The job's vllm-router (issue 15): one router in front of every vLLM instance of every node of the job.
+    "aic_router_enabled": True,
+    # The inventory host that runs the job's router, a node of the job: empty = the first host of aic_nodes (locally
+    # this machine).
+    "aic_router_host": "",
+    "aic_router_image_name": "aic-router",
+    # The vllm-router release (PyPI) the router image installs, x.y.z: its flags are those of this release.
+    "aic_router_version": "0.1.17",
+    "aic_router_port": 30000,
+    "aic_router_metrics_port": 29000,
+    "aic_router_policy": "cache_aware",
+    # The router's own probes of every worker (GET /health): every interval seconds, each bounded by timeout seconds
+    # (at most the interval); a worker leaves the rotation after failure_threshold failed probes in a row and comes
+    # back after success_threshold good ones.
+    "aic_router_health_check_interval_s": 5,
+    "aic_router_health_check_timeout_s": 3,
+    "aic_router_health_failure_threshold": 3,
+    "aic_router_health_success_threshold": 2,
+    # Attempts of a request across workers (vllm-router --retry-max-retries; 1: no retry).
+    "aic_router_retry_max_retries": 3,
+    # Seconds a stopped router lets its in-flight requests finish (docker stop's timeout) before SIGKILL.
+    "aic_router_drain_timeout_s": 60,
 }
 
 INT_FIELDS = {
@@ -202,6 +224,14 @@ INT_FIELDS = {
     "aic_node_exporter_port": (1, 65535),
     "aic_amd_metrics_exporter_port": (1, 65535),
     "aic_grafana_port": (1, 65535),
+    "aic_router_port": (1, 65535),
+    "aic_router_metrics_port": (1, 65535),
+    "aic_router_health_check_interval_s": (1, 3600),
+    "aic_router_health_check_timeout_s": (1, 3600),
+    "aic_router_health_failure_threshold": (1, 100),
+    "aic_router_health_success_threshold": (1, 100),
+    "aic_router_retry_max_retries": (1, 100),
+    "aic_router_drain_timeout_s": (0, 3600),
 }
 LIST_FIELDS = (
     "aic_gpus",
@@ -221,6 +251,8 @@ PORT_FIELDS = (
     "aic_node_exporter_port",
     "aic_amd_metrics_exporter_port",
     "aic_grafana_port",
+    "aic_router_port",
+    "aic_router_metrics_port",
 )
 BOOL_FIELDS = (
     "aic_distribute_monitoring_images",
@@ -229,6 +261,7 @@ BOOL_FIELDS = (
     "aic_lmcache_separate_object_groups",
     "aic_grafana_enabled",
     "aic_deploy_fast_path",
+    "aic_router_enabled",
 )
 FLOAT_FIELDS = {"aic_lmcache_l1_size_gb": (0.001, 65536.0), "aic_vllm_gpu_memory_utilization": (0.01, 1.0)}
 NAMESPACE_MODES = ("lmcache", "shareable", "host", "private", "")
@@ -254,6 +287,10 @@ DOCKER_HOST_RE = re.compile(r"^(unix|tcp|ssh|http|https)://\S+$")
 HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9_]([A-Za-z0-9_-]{0,62})(\.[A-Za-z0-9_]([A-Za-z0-9_-]{0,62}))*$")
 # An Ansible inventory host name (aic_monitoring_host): no whitespace, no pattern characters.
 INVENTORY_HOST_RE = re.compile(r"^[A-Za-z0-9_.\[\]:-]+$")
+# vllm-router's load-balancing policies (--policy) for a regular (not prefill/decode) router of vLLM workers.
+ROUTER_POLICIES = ("cache_aware", "consistent_hash", "power_of_two", "round_robin", "random")
+# A vllm-router release on PyPI (aic_router_version): x.y.z, nothing else (the image's pip pins it with ==).
+ROUTER_VERSION_RE = re.compile(r"^[0-9]+\.[0-9]+\.[0-9]+$")
 
 
 class PlanError(ValueError):
@@ -376,6 +413,7 @@ def validate(values):
         "aic_base_image_name",
         "aic_prometheus_image_name",
         "aic_node_exporter_image_name",
+        "aic_router_image_name",
         "aic_base_image_suite",
     ):
         _as_name(name, values[name])
@@ -519,6 +557,32 @@ def validate(values):
         raise PlanError(
             f"aic_lmcache_chunk_size: {values['aic_lmcache_chunk_size']} exceeds aic_vllm_max_model_len "
             f"{values['aic_vllm_max_model_len']}; no chunk would ever be stored"
+        )
+    _validate_router(values)
+
+
+def _validate_router(values):
+    """The router's own rules. Its ports are in PORT_FIELDS (the unique-port check above); that the host is a node of
+    the job is checked where the job's nodes are known (router.job_router_host)."""
+    as_choice(
+        "aic_router_policy",
+        values["aic_router_policy"],
+        ROUTER_POLICIES,
+        error=PlanError,
+        message="{field}: must be one of {choices}, got {value!r}",
+    )
+    if not ROUTER_VERSION_RE.match(values["aic_router_version"]):
+        raise PlanError(
+            f"aic_router_version: {values['aic_router_version']!r} is not a vllm-router release x.y.z (e.g. 0.1.17)"
+        )
+    host = values["aic_router_host"]
+    if host and not INVENTORY_HOST_RE.match(host):
+        raise PlanError(f"aic_router_host: {host!r} is not an inventory host name (no spaces or patterns)")
+    interval, timeout = values["aic_router_health_check_interval_s"], values["aic_router_health_check_timeout_s"]
+    if timeout > interval:
+        raise PlanError(
+            f"aic_router_health_check_timeout_s: {timeout} must be at most aic_router_health_check_interval_s "
+            f"({interval}): a probe must end before the next one starts"
         )
 
 
@@ -692,6 +756,30 @@ def _monitoring(v, names, ports):
     }
 
 
+def _router(v, ports):
+    """The job's vllm-router: what its container runs (router.router_spec) on the job's router host."""
+    return {
+        "enabled": v["aic_router_enabled"],
+        # The inventory host of the job's router; empty: the first host of aic_nodes (resolved by the playbook,
+        # router.job_router_host).
+        "host": v["aic_router_host"],
+        "container": f"{v['aic_stack_name']}-router",
+        "image": v["aic_router_image_name"],
+        "version": v["aic_router_version"],
+        "port": ports["router"],
+        "metrics_port": ports["router_metrics"],
+        "policy": v["aic_router_policy"],
+        "health": {
+            "interval_s": v["aic_router_health_check_interval_s"],
+            "timeout_s": v["aic_router_health_check_timeout_s"],
+            "failure_threshold": v["aic_router_health_failure_threshold"],
+            "success_threshold": v["aic_router_health_success_threshold"],
+        },
+        "retry_max_retries": v["aic_router_retry_max_retries"],
+        "drain_timeout_s": v["aic_router_drain_timeout_s"],
+    }
+
+
 def build_plan(inputs):
     """Validate ``inputs`` (a mapping of aic_* variables) and return (plan, warnings)."""
     values, unknown = normalize(inputs)
@@ -715,6 +803,8 @@ def build_plan(inputs):
         "node_exporter": v["aic_node_exporter_port"],
         "amd_metrics_exporter": v["aic_amd_metrics_exporter_port"],
         "grafana": v["aic_grafana_port"],
+        "router": v["aic_router_port"],
+        "router_metrics": v["aic_router_metrics_port"],
     }
     # Endpoints use the address the other hosts reach this node on (the bind address unless advertised).
     advertise = v["aic_advertise_address"] or bind
@@ -865,5 +955,6 @@ def build_plan(inputs):
         },
     }
     plan["monitoring"] = _monitoring(v, names, ports)
+    plan["router"] = _router(v, ports)
     warnings = [f"{name}: unknown aic_ variable (typo?) is ignored" for name in unknown]
     return plan, warnings

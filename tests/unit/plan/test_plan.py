@@ -122,6 +122,19 @@ NON_DEFAULTS = {
     "aic_grafana_enabled": True,
     "aic_grafana_image": "grafana/grafana:12.0.0",
     "aic_grafana_port": 13000,
+    "aic_router_enabled": False,
+    "aic_router_host": "n2",
+    "aic_router_image_name": "lab-router",
+    "aic_router_version": "0.1.18",
+    "aic_router_port": 31000,
+    "aic_router_metrics_port": 29100,
+    "aic_router_policy": "round_robin",
+    "aic_router_health_check_interval_s": 10,
+    "aic_router_health_check_timeout_s": 10,
+    "aic_router_health_failure_threshold": 5,
+    "aic_router_health_success_threshold": 1,
+    "aic_router_retry_max_retries": 1,
+    "aic_router_drain_timeout_s": 0,
 }
 
 
@@ -169,6 +182,8 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "node_exporter": 9100,
         "amd_metrics_exporter": 5000,
         "grafana": 3000,
+        "router": 30000,
+        "router_metrics": 29000,
     }
     assert plan["endpoints"] == {
         "vllm": "http://127.0.0.1:8000",
@@ -292,6 +307,8 @@ def test_endpoints_names_and_scrape_jobs_follow_the_ports(inputs):
         "node_exporter": values["aic_node_exporter_port"],
         "amd_metrics_exporter": values["aic_amd_metrics_exporter_port"],
         "grafana": values["aic_grafana_port"],
+        "router": values["aic_router_port"],
+        "router_metrics": values["aic_router_metrics_port"],
     }
     stack = values["aic_stack_name"]
     assert plan["network"] == stack
