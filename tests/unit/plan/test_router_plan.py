@@ -1,5 +1,5 @@
 """The plan inputs of the job's vllm-router (aic_router_*): defaults, types, the cross-field rules (_validate_router)
-and the published ``plan["router"]``."""
+and the published ``plan["router"]``; the router host among the job's nodes (router.job_router_host)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import pathlib
 import pytest
 import yaml
 
+from ansible_collections.aic.stack.plugins.module_utils.cluster_monitoring import job_monitoring_host
 from ansible_collections.aic.stack.plugins.module_utils.plan import (
     BOOL_FIELDS,
     DEFAULTS,
@@ -19,7 +20,10 @@ from ansible_collections.aic.stack.plugins.module_utils.plan import (
     normalize,
 )
 from ansible_collections.aic.stack.plugins.module_utils.plan_inputs import check_inputs, input_options, spec_path
+from ansible_collections.aic.stack.plugins.module_utils.router import RouterError, job_router_host
 
+REPO = pathlib.Path(__file__).resolve().parents[3]
+LOCAL_INVENTORY = REPO / "inventories" / "local" / "hosts.yml"
 ROUTER_INPUTS = [name for name in DEFAULTS if name.startswith("aic_router_")]
 
 
@@ -27,6 +31,10 @@ def plan_error(inputs):
     with pytest.raises(PlanError) as excinfo:
         build_plan(inputs)
     return str(excinfo.value)
+
+
+def node(**inputs):
+    return {"aic_plan": build_plan(inputs)[0]}
 
 
 # -- defaults -------------------------------------------------------------------------------------------------------
@@ -210,3 +218,53 @@ def test_a_vllm_instance_port_on_the_router_port_is_refused():
     message = plan_error({"aic_vllm_port": 29998, "aic_vllm_instances": 3})
     assert message.startswith("aic_vllm_instances: vLLM instance 2 would listen on port 30000, already used by")
     assert "aic_router_port" in message
+
+
+# -- the router host: a node of the job, the first one by default ----------------------------------------------------
+
+
+def test_the_local_inventory_runs_the_router_on_localhost():
+    inventory = yaml.safe_load(LOCAL_INVENTORY.read_text())
+    nodes = list(inventory["all"]["children"]["aic_nodes"]["hosts"])
+    assert nodes == ["localhost"]
+    assert job_router_host({"localhost": node()}, nodes) == "localhost"
+
+
+def test_the_router_host_defaults_to_the_given_default_then_the_first_node():
+    hostvars = {"n1": node(), "n2": node(), "n3": node()}
+    assert job_router_host(hostvars, ["n2", "n3"]) == "n2"
+    assert job_router_host(hostvars, ["n1", "n2", "n3"], "n3") == "n3"
+
+
+def test_the_router_host_from_the_plan_wins():
+    hostvars = {"n1": node(aic_router_host="n3"), "n2": node(aic_router_host="n3"), "n3": node()}
+    assert job_router_host(hostvars, ["n1", "n2", "n3"], "n1") == "n3"
+
+
+def test_nodes_disagreeing_on_the_router_host_are_refused():
+    hostvars = {"n1": node(aic_router_host="n1"), "n2": node(aic_router_host="n2")}
+    with pytest.raises(RouterError, match=r"^aic_router_host: the nodes disagree .*'n1' on n1; 'n2' on n2"):
+        job_router_host(hostvars, ["n1", "n2"])
+
+
+def test_a_router_host_outside_the_inventory_is_refused():
+    with pytest.raises(RouterError, match="^aic_router_host: 'ghost' is not a host of the inventory"):
+        job_router_host({"n1": node(aic_router_host="ghost")}, ["n1"])
+
+
+def test_a_router_host_of_the_inventory_but_not_of_the_job_is_refused():
+    # Unlike the job's Prometheus, the router runs on a node of the job.
+    hostvars = {"n1": node(aic_router_host="head"), "n2": node(), "head": {}}
+    with pytest.raises(RouterError, match=r"^aic_router_host: 'head' is not a node of the job \(n1, n2\)"):
+        job_router_host(hostvars, ["n1", "n2"])
+
+
+def test_no_nodes_no_router_host():
+    with pytest.raises(RouterError, match="^aic_router_host: no nodes, and no router host given"):
+        job_router_host({}, [])
+
+
+def test_the_monitoring_host_and_the_router_host_are_chosen_apart():
+    hostvars = {"n1": node(aic_monitoring_host="n2"), "n2": node(aic_monitoring_host="n2")}
+    assert job_monitoring_host(hostvars, ["n1", "n2"]) == "n2"
+    assert job_router_host(hostvars, ["n1", "n2"]) == "n1"
