@@ -114,7 +114,7 @@ join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (
 # The monitoring images' artifacts that the rehearsal's distribution saved, for the next run too.
 scripts/build-cache.sh keep "$PWD/.work"
 # The local stack's part: first, alone, test_faults (--part=alone: it restarts this engine, every container on it
-# stops, molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks); then the local stack's other modules in the background beside the other molecule scenarios (four of
+# stops, molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks); then the local stack's other modules in the background beside the other molecule scenarios (five of
 # them start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
 # alone (its relay's timeouts are seconds). Alone, the local stack's modules keep the cores half idle (50-60 %: they
 # mostly wait for vLLM and LMCache to start and for health), which the scenarios use.
@@ -124,8 +124,8 @@ pytest -q -p no:cacheprovider --basetemp="$lanes/stack-tmp" --durations=30 tests
   >"$lanes/stack.log" 2>&1 &
 stack_pid=$!
 molecule_rc=0
-step "molecule: the other scenarios (four start vLLM), one at a time beside the local stack's modules, then image_distribute alone"
-MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$stack_pid molecule/run.sh prometheus monitoring lmcache vllm health teardown \
+step "molecule: the other scenarios (five start vLLM), one at a time beside the local stack's modules, then image_distribute alone"
+MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$stack_pid molecule/run.sh prometheus monitoring lmcache vllm router health teardown \
   cliff_bench amd_metrics_exporter grafana preflight rollout_lock docker_host image_distribute || molecule_rc=$?
 join "$stack_pid" "$lanes/stack.log" "integration tests on the real local stack (beside molecule)" "$molecule_rc"
 step "done"

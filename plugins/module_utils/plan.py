@@ -164,8 +164,9 @@ DEFAULTS = {
     "aic_grafana_enabled": False,
     "aic_grafana_image": "grafana/grafana:13.1.3",
     "aic_grafana_port": 3000,
-    # The job's vllm-router (issue 15): one router in front of every vLLM instance of every node of the job.
-    "aic_router_enabled": True,
+    # The job's vllm-router: one router in front of every vLLM instance of every node of the job
+    # (playbooks/router.yml). Off by default until deploy.yml runs it and the rollout drains through it.
+    "aic_router_enabled": False,
     # The inventory host that runs the job's router, a node of the job: empty = the first host of aic_nodes (locally
     # this machine).
     "aic_router_host": "",
@@ -814,6 +815,8 @@ def build_plan(inputs):
         "vllm": f"http://{host}:{ports['vllm']}",
         "lmcache": f"http://{host}:{ports['lmcache_http']}",
         "prometheus": f"http://{host}:{ports['prometheus']}",
+        # The job's router, where this node runs it (aic_router_host): the job's one endpoint.
+        "router": f"http://{host}:{ports['router']}",
     }
     plan = {
         "flavour": v["aic_flavour"],

@@ -122,7 +122,7 @@ NON_DEFAULTS = {
     "aic_grafana_enabled": True,
     "aic_grafana_image": "grafana/grafana:12.0.0",
     "aic_grafana_port": 13000,
-    "aic_router_enabled": False,
+    "aic_router_enabled": True,
     "aic_router_host": "n2",
     "aic_router_image_name": "lab-router",
     "aic_router_version": "0.1.18",
@@ -189,6 +189,7 @@ def test_build_plan_empty_input_gives_documented_defaults():
         "vllm": "http://127.0.0.1:8000",
         "lmcache": "http://127.0.0.1:8080",
         "prometheus": "http://127.0.0.1:9090",
+        "router": "http://127.0.0.1:30000",
     }
     assert plan["paths"] == {
         "work_dir": "/var/lib/aic",
@@ -546,6 +547,7 @@ def test_bind_address_formats_endpoints(address, host):
         "vllm": f"http://{host}:8000",
         "lmcache": f"http://{host}:8080",
         "prometheus": f"http://{host}:9090",
+        "router": f"http://{host}:30000",
     }
 
 

@@ -43,6 +43,7 @@ def test_publish_on_every_address_and_advertise_a_name():
         "vllm": "http://spur-n07:8000",
         "lmcache": "http://spur-n07:8080",
         "prometheus": "http://spur-n07:9090",
+        "router": "http://spur-n07:30000",
     }
     assert [i["endpoint"] for i in plan["vllm_instances"]] == ["http://spur-n07:8000", "http://spur-n07:8001"]
 

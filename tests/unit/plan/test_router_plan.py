@@ -42,7 +42,7 @@ def node(**inputs):
 
 def test_the_router_inputs_and_their_defaults():
     assert {name: DEFAULTS[name] for name in ROUTER_INPUTS} == {
-        "aic_router_enabled": True,
+        "aic_router_enabled": False,
         "aic_router_host": "",
         "aic_router_image_name": "aic-router",
         "aic_router_version": "0.1.17",
@@ -69,7 +69,7 @@ def test_the_router_inputs_and_their_defaults():
 
 
 def test_the_default_plan_has_the_router_on_the_first_node():
-    plan, warnings = build_plan({})
+    plan, warnings = build_plan({"aic_router_enabled": True})
     assert warnings == []
     assert plan["router"] == {
         "enabled": True,

@@ -280,7 +280,7 @@ def test_the_probe_fails_when_nothing_listens(readiness_server):
 
 
 def test_the_default_spec():
-    plan = build_plan({})[0]
+    plan = build_plan({"aic_router_enabled": True})[0]
     spec = router_spec(plan, ["http://aic-vllm:8000"])
     assert spec == {
         "name": "aic-router",
@@ -311,6 +311,7 @@ def test_the_spec_follows_the_plan(three_nodes):
             "aic_router_port": 31000,
             "aic_router_metrics_port": 29100,
             "aic_router_drain_timeout_s": 0,
+            "aic_router_enabled": True,
         }
     )[0]
     workers = router_workers(three_nodes, ["n1", "n2", "n3"], "n1")
@@ -328,13 +329,13 @@ def test_the_spec_follows_the_plan(three_nodes):
 
 
 def test_the_spec_env_is_not_shared_between_specs():
-    plan = build_plan({})[0]
+    plan = build_plan({"aic_router_enabled": True})[0]
     first = router_spec(plan, ["http://aic-vllm:8000"])
     first["env"]["RUST_LOG"] = "debug"
     assert router_spec(plan, ["http://aic-vllm:8000"])["env"] == {"RUST_LOG": "info"}
 
 
 def test_a_disabled_router_has_no_spec():
-    plan = build_plan({"aic_router_enabled": False})[0]
+    plan = build_plan({})[0]
     with pytest.raises(RouterError, match="^aic_router_enabled: false"):
         router_spec(plan, ["http://aic-vllm:8000"])
