@@ -314,3 +314,20 @@ def base_image(docker_client):
     if not images:
         pytest.fail("these tests need the local base image aic-base (make deploy builds it)")
     return images[-1].tags[0]
+
+
+@pytest.fixture
+def warned(monkeypatch):
+    """What the module warned, as it called AnsibleModule.warn. (Its result's ``warnings`` depend on the process:
+    once any test imported Ansible's controller side, module warnings go to the controller's display instead.)"""
+    from ansible.module_utils.basic import AnsibleModule
+
+    messages = []
+    original = AnsibleModule.warn
+
+    def record(self, warning, *args, **kwargs):
+        messages.append(warning)
+        return original(self, warning, *args, **kwargs)
+
+    monkeypatch.setattr(AnsibleModule, "warn", record)
+    return messages

@@ -9,7 +9,6 @@ import os
 import time
 
 import pytest
-from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.aic.stack.plugins.module_utils import run_lock
 from ansible_collections.aic.stack.plugins.modules import run_lock as run_lock_module
@@ -201,21 +200,6 @@ def test_check_mode_touches_nothing(tmp_path):
 
 
 # -- the module, through AnsibleModule -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def warned(monkeypatch):
-    """What the module warned, as it called AnsibleModule.warn. (Its result's ``warnings`` depend on the process:
-    once any test imported Ansible's controller side, module warnings go to the controller's display instead.)"""
-    messages = []
-    original = AnsibleModule.warn
-
-    def record(self, warning, *args, **kwargs):
-        messages.append(warning)
-        return original(self, warning, *args, **kwargs)
-
-    monkeypatch.setattr(AnsibleModule, "warn", record)
-    return messages
 
 
 def test_module_take_and_release(tmp_path, run_module, warned):
