@@ -12,8 +12,8 @@ short_description: Take vLLM workers out of the job's vllm-router (draining them
 version_added: 0.1.0
 description:
   - Drives the job's vllm-router through its API (C(/list_workers), C(/remove_worker), C(/add_worker)).
-  - V(absent) removes the O(workers) the router has, so it sends them nothing new (requests already sent finish:
-    the router does not cut them), then waits until the vLLM instances behind them (O(drain_metrics), their
+  - V(absent) removes the O(workers) the router has, so it sends them nothing new (requests already sent finish, the
+    router does not cut them), then waits until the vLLM instances behind them (O(drain_metrics), their
     C(/metrics)) have nothing in flight (C(vllm:num_requests_running) + C(vllm:num_requests_waiting)), at most
     O(drain_timeout) seconds. A drain that runs out of time is not a failure (vLLM's own drain on SIGTERM goes on);
     the result says what was left.
@@ -36,13 +36,13 @@ options:
     elements: str
     required: true
   state:
-    description: V(absent) takes the workers out and drains them; V(present) puts them back.
+    description: V(absent) takes the workers out and drains them, V(present) puts them back.
     type: str
     choices: [present, absent]
     default: present
   drain_metrics:
     description:
-      - The C(/metrics) URLs of the vLLM instances behind O(workers), as this host reaches them; V(absent) waits
+      - The C(/metrics) URLs of the vLLM instances behind O(workers), as this host reaches them. V(absent) waits
         until none has a request in flight. Empty, nothing is waited for.
       - An instance whose metrics do not answer counts as drained (nothing can reach it).
     type: list
@@ -61,7 +61,7 @@ options:
     type: int
     default: 10
 notes:
-  - The router's list is the truth: a worker it does not have is not removed again, one it has is not added again,
+  - The router's list is the truth. A worker it does not have is not removed again, one it has is not added again,
     so a rerun changes nothing.
 seealso:
   - name: vllm-router
@@ -103,11 +103,11 @@ added:
   type: list
   elements: str
 drained:
-  description: V(absent) only; whether every instance of O(drain_metrics) reached nothing in flight in time.
+  description: V(absent) only. Whether every instance of O(drain_metrics) reached nothing in flight in time.
   returned: always
   type: bool
 in_flight:
-  description: V(absent) only; what was still in flight at the end, per metrics URL (empty when drained).
+  description: V(absent) only. What was still in flight at the end, per metrics URL (empty when drained).
   returned: always
   type: dict
   sample: {"http://127.0.0.1:8000/metrics": 2}
