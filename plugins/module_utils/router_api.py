@@ -25,7 +25,12 @@ IN_FLIGHT_SAMPLES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
 class RouterApiError(Exception):
-    """The router (or an instance's metrics) did not answer as expected; the message names the URL."""
+    """The router (or an instance's metrics) did not answer as expected; the message names the URL. ``unreachable``:
+    no HTTP answer at all (nothing listens there, or it timed out)."""
+
+    def __init__(self, msg, unreachable=False):
+        super().__init__(msg)
+        self.unreachable = unreachable
 
 
 class Router:
@@ -41,7 +46,7 @@ class Router:
         try:
             return self._send(url, method=method, timeout=timeout or self.timeout)
         except HttpRequestError as exc:
-            raise RouterApiError(f"the router at {self.base}: {method} {path}: {exc.reason}") from exc
+            raise RouterApiError(f"the router at {self.base}: {method} {path}: {exc.reason}", unreachable=True) from exc
 
     def workers(self):
         """The worker URLs the router routes to now."""

@@ -60,6 +60,13 @@ options:
     description: Timeout in seconds of every other request.
     type: int
     default: 10
+  router_required:
+    description:
+      - V(false) accepts a router that does not answer (not started yet, the first rollout of a job) as one with no
+        workers to change. Nothing is done and RV(router_up) is V(false).
+      - V(true) fails naming the router's URL.
+    type: bool
+    default: true
 notes:
   - The router's list is the truth. A worker it does not have is not removed again, one it has is not added again,
     so a rerun changes nothing.
@@ -115,6 +122,10 @@ drain_waited:
   description: Seconds V(absent) waited for the drain.
   returned: always
   type: float
+router_up:
+  description: Whether the router answered (V(false) only with O(router_required=false)).
+  returned: always
+  type: bool
 """
 
 from ansible.module_utils.basic import AnsibleModule, missing_required_lib
@@ -127,7 +138,13 @@ def run(module):
     params = module.params
     router = Router(params["url"], timeout=params["request_timeout"])
     result = {"changed": False, "removed": [], "added": [], "drained": True, "in_flight": {}, "drain_waited": 0.0}
-    current = router.workers()
+    try:
+        current = router.workers()
+    except RouterApiError as exc:
+        if params["router_required"] or not exc.unreachable:
+            raise
+        return dict(result, workers=[], router_up=False, msg=str(exc))
+    result["router_up"] = True
     if params["state"] == "absent":
         result["removed"] = [w for w in dict.fromkeys(params["workers"]) if w in current]
         result["changed"] = bool(result["removed"])
@@ -166,6 +183,7 @@ def main():
             "drain_timeout": {"type": "int", "default": 60},
             "ready_timeout": {"type": "int", "default": 300},
             "request_timeout": {"type": "int", "default": 10},
+            "router_required": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )

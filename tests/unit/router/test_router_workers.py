@@ -230,3 +230,21 @@ def test_the_drain_is_bounded_by_its_timeout_on_a_fake_clock():
         count=lambda _u: 4,
     )  # fmt: skip
     assert result == (False, {"m": 4}, 2.5)
+
+
+def test_a_router_not_started_yet_is_accepted_when_not_required_and_nothing_is_done(run_module, closed_port):
+    url = f"http://127.0.0.1:{closed_port}"
+    for state in ("absent", "present"):
+        result = run_module(
+            router_workers, {"url": url, "workers": ["http://w:8000"], "state": state, "router_required": False}
+        )
+        assert not result.failed and result["changed"] is False and result["router_up"] is False
+        assert result["removed"] == result["added"] == [] and url in result["msg"]
+
+
+def test_a_router_that_answers_wrongly_fails_even_when_not_required(run_module, http_server):
+    http_server.route("/list_workers", 500, "boom")
+    result = run_module(
+        router_workers, {"url": http_server.url, "workers": ["http://w:8000"], "router_required": False}
+    )
+    assert result.failed and "GET /list_workers: expected 200" in result["msg"] and "500: boom" in result["msg"]
