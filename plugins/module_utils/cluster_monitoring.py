@@ -189,9 +189,27 @@ def _node_targets(hostvars, host, monitoring_host):
     return out
 
 
+def router_target(hostvars, hosts, monitoring_host):
+    """``(job, target, labels)`` of the job's vllm-router metrics (aic_router_metrics_port on the router host, as
+    ``monitoring_host`` reaches it), or None when the job runs no router (aic_router_enabled false on its first node).
+    The router host is decided as the router's own playbook decides it (aic_router_host, else the first node)."""
+    hosts = list(dict.fromkeys(hosts))
+    if not hosts or not _get(_get(node_plan(hostvars, hosts[0]), "router", {}), "enabled", False):
+        return None
+    host = job_host(hostvars, hosts, "router", hosts[0], within_job=True)
+    plan = node_plan(hostvars, host)
+    port = plan["router"]["metrics_port"]
+    if is_local(host, monitoring_host):
+        target = f"{plan['router']['container']}:{port}"
+    else:
+        target = f"{published_address(host, plan, monitoring_host)}:{port}"
+    return "router", target, {"node": host}
+
+
 def cluster_scrape_jobs(hostvars, hosts, monitoring_host):
     """Scrape jobs of the job's Prometheus for ``aic.stack.prometheus_config``: every target of every node in
-    ``hosts`` grouped per job, one static group per (node, labels), plus Prometheus itself on the monitoring host.
+    ``hosts`` grouped per job, one static group per (node, labels), plus Prometheus itself on the monitoring host and
+    the job's router (job ``router``) when it runs one.
 
     A node's exporters are those of its ``monitoring_exporters_running`` fact (none when it is absent).
     """
@@ -200,16 +218,17 @@ def cluster_scrape_jobs(hostvars, hosts, monitoring_host):
     own = next(j for j in mon_plan["prometheus"]["jobs"] if j["job"] == _PROMETHEUS_JOB)
     order = [_PROMETHEUS_JOB]
     groups = {_PROMETHEUS_JOB: [{"targets": list(own["targets"]), "labels": {"node": monitoring_host}}]}
-    for host in hosts:
-        for job, target, labels in _node_targets(hostvars, host, monitoring_host):
-            if job not in groups:
-                order.append(job)
-                groups[job] = []
-            same = next((g for g in groups[job] if g["labels"] == labels), None)
-            if same is None:
-                groups[job].append({"targets": [target], "labels": labels})
-            elif target not in same["targets"]:
-                same["targets"].append(target)
+    targets = [t for host in hosts for t in _node_targets(hostvars, host, monitoring_host)]
+    router = router_target(hostvars, hosts, monitoring_host)
+    for job, target, labels in targets + ([router] if router else []):
+        if job not in groups:
+            order.append(job)
+            groups[job] = []
+        same = next((g for g in groups[job] if g["labels"] == labels), None)
+        if same is None:
+            groups[job].append({"targets": [target], "labels": labels})
+        elif target not in same["targets"]:
+            same["targets"].append(target)
     return [{"job": job, "groups": groups[job]} for job in order]
 
 

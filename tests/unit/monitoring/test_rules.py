@@ -53,7 +53,7 @@ def all_rules(text):
     return [rule for group in yaml.safe_load(text)["groups"] for rule in group["rules"]]
 
 
-def test_rules_have_the_recording_rules_and_the_six_alerts():
+def test_rules_have_the_recording_rules_and_the_eight_alerts():
     rules = all_rules(render_rules())
     alerts = {rule["alert"] for rule in rules if "alert" in rule}
     assert alerts == {
@@ -63,6 +63,8 @@ def test_rules_have_the_recording_rules_and_the_six_alerts():
         "AicLmcacheL2ReadsStuckAtZero",
         "AicLmcacheL2StoresFailing",
         "AicSlabDiskNearlyFull",
+        "AicRouterWorkerUnhealthy",
+        "AicRouterRequestsFailing",
     }
     records = [rule["record"] for rule in rules if "record" in rule]
     assert "aic:vllm:kv_cache_usage_with_blocks" in records
@@ -109,7 +111,13 @@ def test_promtool_check_rules(rules_file):
 @needs_promtool
 @pytest.mark.parametrize(
     "test_file",
-    ["l2_reads_stuck_test.yml", "cluster_rules_test.yml", "vllm_hung_test.yml", "l2_stores_failing_test.yml"],
+    [
+        "l2_reads_stuck_test.yml",
+        "cluster_rules_test.yml",
+        "vllm_hung_test.yml",
+        "l2_stores_failing_test.yml",
+        "router_alerts_test.yml",
+    ],
 )
 def test_promtool_unit_tests_the_rules(tmp_path, rules_file, test_file):
     """The L2-reads-stuck, vLLM-hung and L2-stores-failing alerts, and the rules over two nodes of one job (node and

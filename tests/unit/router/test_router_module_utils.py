@@ -10,6 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from ansible_collections.aic.stack.plugins.module_utils.cluster_monitoring import cluster_scrape_jobs, router_target
 from ansible_collections.aic.stack.plugins.module_utils.plan import build_plan
 from ansible_collections.aic.stack.plugins.module_utils.router import (
     ROUTER_BIN,
@@ -339,3 +340,35 @@ def test_a_disabled_router_has_no_spec():
     plan = build_plan({})[0]
     with pytest.raises(RouterError, match="^aic_router_enabled: false"):
         router_spec(plan, ["http://aic-vllm:8000"])
+
+
+# -- the job's Prometheus scrapes the router ------------------------------------------------------------------------
+
+
+def router_jobs(hostvars, hosts, monitoring_host):
+    return [job for job in cluster_scrape_jobs(hostvars, hosts, monitoring_host) if job["job"] == "router"]
+
+
+def test_no_router_no_scrape_job(three_nodes):
+    assert router_target(three_nodes, ["n1", "n2", "n3"], "n1") is None
+    assert router_jobs(three_nodes, ["n1", "n2", "n3"], "n1") == []
+
+
+def test_the_router_is_scraped_on_its_metrics_port_by_name_or_by_address(three_nodes):
+    for variables in three_nodes.values():
+        variables["aic_plan"]["router"]["enabled"] = True
+    # Prometheus and the router on n1: by container name on the stack network.
+    assert router_jobs(three_nodes, ["n1", "n2", "n3"], "n1") == [
+        {"job": "router", "groups": [{"targets": ["aic-router:29000"], "labels": {"node": "n1"}}]}
+    ]
+    # The router on n2, Prometheus on n1: at n2's advertised address.
+    for variables in three_nodes.values():
+        variables["aic_plan"]["router"]["host"] = "n2"
+    assert router_target(three_nodes, ["n1", "n2", "n3"], "n1") == ("router", "10.0.0.12:29000", {"node": "n2"})
+
+
+def test_the_local_stack_scrapes_its_router():
+    hostvars = {"localhost": node(aic_router_enabled=True, aic_router_metrics_port=29100)}
+    assert router_jobs(hostvars, ["localhost"], "localhost") == [
+        {"job": "router", "groups": [{"targets": ["aic-router:29100"], "labels": {"node": "localhost"}}]}
+    ]
