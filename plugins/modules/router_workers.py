@@ -19,6 +19,8 @@ description:
     the result says what was left.
   - V(present) adds the O(workers) the router lacks; the router answers once each passed its health check, which
     O(ready_timeout) bounds.
+  - V(listed) changes nothing. It checks that the router's workers are exactly O(workers) and fails naming the
+    missing and the unexpected ones (the health check at the end of a rollout).
 author:
   - aic.stack developers (!UNKNOWN)
 extends_documentation_fragment:
@@ -36,9 +38,9 @@ options:
     elements: str
     required: true
   state:
-    description: V(absent) takes the workers out and drains them, V(present) puts them back.
+    description: V(absent) takes the workers out and drains them, V(present) puts them back, V(listed) checks them.
     type: str
-    choices: [present, absent]
+    choices: [present, absent, listed]
     default: present
   drain_metrics:
     description:
@@ -163,6 +165,22 @@ def run(module):
                         + ", ".join(f"{u}: {n}" for u, n in left.items())
                     )
         result["workers"] = [w for w in current if w not in result["removed"]]
+    elif params["state"] == "listed":
+        result["workers"] = current
+        missing = [w for w in dict.fromkeys(params["workers"]) if w not in current]
+        unexpected = [w for w in current if w not in params["workers"]]
+        if missing or unexpected:
+            detail = "; ".join(
+                part
+                for part in (
+                    "missing: " + ", ".join(missing) if missing else "",
+                    "not expected: " + ", ".join(unexpected) if unexpected else "",
+                )
+                if part
+            )
+            module.fail_json(
+                msg=f"the router at {params['url']} does not route to exactly the healthy workers ({detail})", **result
+            )
     else:
         result["added"] = [w for w in dict.fromkeys(params["workers"]) if w not in current]
         result["changed"] = bool(result["added"])
@@ -178,7 +196,7 @@ def main():
         argument_spec={
             "url": {"type": "str", "required": True},
             "workers": {"type": "list", "elements": "str", "required": True},
-            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "state": {"type": "str", "choices": ["present", "absent", "listed"], "default": "present"},
             "drain_metrics": {"type": "list", "elements": "str", "default": []},
             "drain_timeout": {"type": "int", "default": 60},
             "ready_timeout": {"type": "int", "default": 300},

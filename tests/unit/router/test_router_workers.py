@@ -248,3 +248,15 @@ def test_a_router_that_answers_wrongly_fails_even_when_not_required(run_module, 
         router_workers, {"url": http_server.url, "workers": ["http://w:8000"], "router_required": False}
     )
     assert result.failed and "GET /list_workers: expected 200" in result["msg"] and "500: boom" in result["msg"]
+
+
+def test_listed_checks_the_routers_workers_exactly_and_changes_nothing(run_module, router, workers):
+    urls = [w.url for w in workers]
+    ok = run_module(router_workers, {"url": router, "workers": urls, "state": "listed"})
+    assert not ok.failed and ok["changed"] is False and sorted(ok["workers"]) == sorted(urls)
+    router_api.Router(router).remove(urls[1])
+    missing = run_module(router_workers, {"url": router, "workers": urls, "state": "listed"})
+    assert missing.failed and f"missing: {urls[1]}" in missing["msg"] and "not expected" not in missing["msg"]
+    extra = run_module(router_workers, {"url": router, "workers": [], "state": "listed"})
+    assert extra.failed and f"not expected: {urls[0]}" in extra["msg"]
+    assert router_api.Router(router).workers() == [urls[0]]
