@@ -25,8 +25,9 @@ LOCAL_INVENTORY = REPO / "inventories" / "local"
 
 # The integration modules that use the local stack, in the order they run, after every other module (those keep
 # their alphabetical order). The first three only need the default stack up and healthy and share it
-# (``default_stack``); test_l2_zero_causes starts from it and changes it. The last two change the stack whatever it
-# was (test_vllm_instances ends with a teardown; test_cliff_bench leaves its last arm). AIC_TEST_LEAVE_DEFAULT_STACK=1
+# (``default_stack``); test_l2_zero_causes starts from it and changes it. The last three change the stack whatever it
+# was (test_router deploys two vLLM instances behind the router, which test_vllm_instances keeps without the router
+# and ends with a teardown; test_cliff_bench leaves its last arm). AIC_TEST_LEAVE_DEFAULT_STACK=1
 # ends the session by deploying the default stack again (scripts/run-tests.sh does not need it: molecule's
 # scenarios deploy stacks of their own).
 STACK_MODULES = (
@@ -37,6 +38,7 @@ STACK_MODULES = (
     "test_l2_full",
     "test_drift",
     "test_l2_zero_causes",
+    "test_router",
     "test_vllm_instances",
     "test_cliff_bench",
 )
