@@ -4,21 +4,8 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.aic.stack.plugins.module_utils import cluster_monitoring as cm
-
-
-def _wrap(func):
-    def filter_(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except cm.MonitoringError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-
-    filter_.__name__ = func.__name__
-    filter_.__doc__ = func.__doc__
-    return filter_
+from ansible_collections.aic.stack.plugins.plugin_utils.filters import as_filter
 
 
 def cluster_scrape_jobs(hostvars, hosts, monitoring_host):
@@ -79,7 +66,7 @@ def monitoring_exporter_decision(monitoring, images, capability=None):
 class FilterModule:
     def filters(self):
         return {
-            func.__name__: _wrap(func)
+            func.__name__: as_filter(func, cm.MonitoringError)
             for func in (
                 cluster_scrape_jobs,
                 cluster_expected_targets,

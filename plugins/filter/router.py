@@ -4,21 +4,8 @@
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.aic.stack.plugins.module_utils import router as rt
-
-
-def _wrap(func):
-    def filter_(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except rt.RouterError as exc:
-            raise AnsibleFilterError(str(exc)) from exc
-
-    filter_.__name__ = func.__name__
-    filter_.__doc__ = func.__doc__
-    return filter_
+from ansible_collections.aic.stack.plugins.plugin_utils.filters import as_filter
 
 
 def job_router_host(hostvars, nodes, default=""):
@@ -38,4 +25,6 @@ def router_spec(plan, workers, image=""):
 
 class FilterModule:
     def filters(self):
-        return {func.__name__: _wrap(func) for func in (job_router_host, router_workers, router_spec)}
+        return {
+            func.__name__: as_filter(func, rt.RouterError) for func in (job_router_host, router_workers, router_spec)
+        }

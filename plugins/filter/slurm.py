@@ -4,23 +4,16 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.aic.stack.plugins.module_utils import slurm
+from ansible_collections.aic.stack.plugins.plugin_utils.filters import as_filter
 
-
-def _wrap(func):
-    def _filter(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except slurm.SlurmSpecError as exc:
-            raise AnsibleFilterError(f"slurm_job: {exc}")
-
-    _filter.__name__ = func.__name__
-    _filter.__doc__ = func.__doc__
-    return _filter
+# The filters below fail the task naming the job spec field (module_utils/slurm.py SlurmSpecError).
+_wrap = functools.partial(as_filter, errors=slurm.SlurmSpecError, prefix="slurm_job: ")
 
 
 def slurm_job_spec(spec, var_prefix=""):
