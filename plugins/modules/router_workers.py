@@ -84,7 +84,7 @@ EXAMPLES = r"""
     url: "{{ hostvars[aic_router_node].aic_plan.endpoints.router }}"
     workers: "{{ hostvars | aic.stack.router_workers([inventory_hostname], aic_router_node) }}"
     state: absent
-    drain_metrics: "{{ aic_plan.vllm_instances | map(attribute='port') | map('regex_replace', '^', 'http://127.0.0.1:') | map('regex_replace', '$', '/metrics') }}"
+    drain_metrics: "{{ aic_plan.vllm_instances | map(attribute='endpoint') | map('regex_replace', '$', '/metrics') }}"
     drain_timeout: "{{ aic_plan.router.drain_timeout_s }}"
 
 - name: Put them back once the node passed health
