@@ -77,7 +77,9 @@ CLIFF_WHERE ?=
 CLIFF_SLURM_DIALECT ?=
 # The inventory host a Slurm/SPUR benchmark job runs as, on that host's node (empty: the first of aic_nodes).
 CLIFF_NODE ?=
-CLIFF_VARS = -e '{"cliff_bench_job_id": "$(CLIFF_JOB)", "cliff_bench_overrides": {"concurrency": "$(CLIFF_CONCURRENCY)", "iterations": "$(CLIFF_ITERATIONS)", "arms": "$(CLIFF_ARMS)", "isl": "$(CLIFF_ISL)", "prefix_tokens": "$(CLIFF_PREFIX_TOKENS)"}}' $(addprefix -e cliff_bench_where=,$(CLIFF_WHERE)) $(addprefix -e slurm_job_dialect=,$(CLIFF_SLURM_DIALECT)) $(addprefix -e cliff_bench_slurm_limit=,$(CLIFF_NODE))
+# CLIFF_TARGET=router sends the ladder through the job's vllm-router (each arm runs it) instead of to one vLLM
+CLIFF_TARGET ?=
+CLIFF_VARS = -e '{"cliff_bench_job_id": "$(CLIFF_JOB)", "cliff_bench_overrides": {"concurrency": "$(CLIFF_CONCURRENCY)", "iterations": "$(CLIFF_ITERATIONS)", "arms": "$(CLIFF_ARMS)", "isl": "$(CLIFF_ISL)", "prefix_tokens": "$(CLIFF_PREFIX_TOKENS)"}}' $(addprefix -e cliff_bench_where=,$(CLIFF_WHERE)) $(addprefix -e slurm_job_dialect=,$(CLIFF_SLURM_DIALECT)) $(addprefix -e cliff_bench_slurm_limit=,$(CLIFF_NODE)) $(addprefix -e cliff_bench_target=,$(CLIFF_TARGET))
 
 cliff-kvd: setup
 	$(PLAYBOOK) playbooks/bench.yml -e cliff_bench_profile=cliff_kvd $(CLIFF_VARS)

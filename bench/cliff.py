@@ -10,6 +10,11 @@ row there, so running it once per arm into the same directory gives one comparat
     bench/cliff.py --profile cliff-kvd --arm nvme --vllm-url http://127.0.0.1:8000 \\
         --lmcache-url http://127.0.0.1:8080 --results-dir logs/cliff/results
     bench/cliff.py --profile cliff-spur-l2 --set iterations=1 --set concurrency=1,8 --dry-run
+    bench/cliff.py --profile cliff-kvd --arm dram --target-url http://127.0.0.1:30000 \
+        --vllm-url http://127.0.0.1:8000 --vllm-url http://127.0.0.1:8001 --results-dir logs/cliff/results
+
+With --target-url (the job's router) the requests go through the router and the counters are summed over every
+--vllm-url instance behind it.
 
 An empty ``--set key=`` value means "keep the default" (never "empty").
 """
@@ -58,7 +63,18 @@ def main(argv=None):
     ap.add_argument(
         "--arm", default=os.environ.get("AIC_CLIFF_ARM", ""), help=f"one of {', '.join(cliff_profiles.ARMS)}"
     )
-    ap.add_argument("--vllm-url", default="http://127.0.0.1:8000")
+    ap.add_argument(
+        "--vllm-url",
+        action="append",
+        help="a vLLM instance whose counters are read (repeat for every instance behind --target-url); default "
+        "http://127.0.0.1:8000",
+    )
+    ap.add_argument(
+        "--target-url",
+        default="",
+        help="where the requests go: the job's router (vllm-router) in front of the --vllm-url instances; "
+        "default the first --vllm-url",
+    )
     ap.add_argument("--lmcache-url", default="http://127.0.0.1:8080", help="LMCache HTTP port (serves /metrics)")
     ap.add_argument("--model", default="", help="served model name (default: the first of GET /v1/models)")
     ap.add_argument("--results-dir", default="results/cliff")
@@ -93,9 +109,12 @@ def main(argv=None):
         return 0
 
     arm = arms[0]
-    model = args.model or served_model(args.vllm_url)
-    encode = cliff_prompts.vllm_tokenizer(args.vllm_url, model)
-    rows = cliff_runner.run_arm(profile, arm, args.vllm_url, model, encode, lmcache_url=args.lmcache_url)
+    vllm_urls = args.vllm_url or ["http://127.0.0.1:8000"]
+    model = args.model or served_model(vllm_urls[0])
+    encode = cliff_prompts.vllm_tokenizer(vllm_urls[0], model)
+    rows = cliff_runner.run_arm(
+        profile, arm, vllm_urls, model, encode, lmcache_url=args.lmcache_url, target_url=args.target_url or None
+    )
     os.makedirs(args.results_dir, exist_ok=True)
     cliff_results.append_csv(os.path.join(args.results_dir, cliff_results.CSV_NAME), rows)
     paths = cliff_results.write_report(args.results_dir, profile=profile)

@@ -331,3 +331,60 @@ def warned(monkeypatch):
 
     monkeypatch.setattr(AnsibleModule, "warn", record)
     return messages
+
+
+@pytest.fixture
+def vllm_router(tmp_path):
+    """Start the real vllm-router (the router image's pin, in the test venv) in front of worker URLs; each call
+    returns its base URL once it answers /readiness (a worker passed its check). Stopped after the test."""
+    import pathlib
+    import shutil
+    import subprocess
+    import sys
+    import time
+    import urllib.error
+    import urllib.request
+
+    binary = shutil.which("vllm-router", path=str(pathlib.Path(sys.executable).parent))
+    if binary is None:
+        pytest.fail("vllm-router is not installed in the test venv (requirements-test.txt)")
+    procs = []
+
+    def free_port():
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]
+
+    def start(workers, policy="round_robin"):
+        port, metrics_port = free_port(), free_port()
+        log_path = tmp_path / f"router-{port}.log"
+        with log_path.open("w") as log:
+            proc = subprocess.Popen(
+                [binary, "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
+                 "--prometheus-port", str(metrics_port), "--policy", policy, "--worker-urls", *workers,
+                 "--health-check-interval-secs", "1", "--health-success-threshold", "1"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )  # fmt: skip
+        procs.append(proc)
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(base + "/readiness", timeout=2) as resp:  # noqa: S310 - a local URL
+                    if resp.status == 200:
+                        return base
+            except (urllib.error.URLError, OSError):
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail("vllm-router did not get ready: " + log_path.read_text()[-2000:])
+            time.sleep(0.2)
+
+    try:
+        yield start
+    finally:
+        for proc in procs:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

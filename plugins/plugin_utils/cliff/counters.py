@@ -80,12 +80,17 @@ def hit_rates(delta):
 
 
 class MetricsReader:
-    """Scrapes vLLM (and optionally LMCache) ``/metrics`` into one flat counter dict."""
+    """Scrapes vLLM (and optionally LMCache) ``/metrics`` into one flat counter dict. ``vllm_url`` is one vLLM or a
+    list of them (every instance behind the job's router): their counters are summed, so hit rates are those of the
+    requests the arm sent, wherever they were served."""
 
     def __init__(self, vllm_url, lmcache_url=None, session=None, timeout=10.0):
         import requests
 
-        self.vllm_url = vllm_url.rstrip("/") + "/metrics"
+        urls = [vllm_url] if isinstance(vllm_url, str) else list(vllm_url)
+        if not urls:
+            raise ValueError("MetricsReader: no vLLM URL")
+        self.vllm_urls = [u.rstrip("/") + "/metrics" for u in urls]
         self.lmcache_url = lmcache_url.rstrip("/") + "/metrics" if lmcache_url else None
         self.session = session or requests.Session()
         self.timeout = timeout
@@ -95,8 +100,15 @@ class MetricsReader:
         resp.raise_for_status()
         return resp.text
 
+    def _vllm(self):
+        total = dict.fromkeys(VLLM_COUNTERS, 0.0)
+        for url in self.vllm_urls:
+            for key, value in read_named_counters(self._get(url), VLLM_COUNTERS).items():
+                total[key] += value
+        return total
+
     def counters(self):
-        values = read_named_counters(self._get(self.vllm_url), VLLM_COUNTERS)
+        values = self._vllm()
         if self.lmcache_url:
             values.update(read_named_counters(self._get(self.lmcache_url), LMCACHE_COUNTERS))
         else:
@@ -105,7 +117,7 @@ class MetricsReader:
 
     def drain_counters(self):
         """Store/L2 signals of LMCache plus vLLM's query counters (all that moves while KV drains)."""
-        values = read_named_counters(self._get(self.vllm_url), VLLM_COUNTERS)
+        values = self._vllm()
         if self.lmcache_url:
             values.update(drain_signature(self._get(self.lmcache_url)))
         return values

@@ -23,8 +23,22 @@ def _stdout_line(text):
     sys.stdout.flush()
 
 
-def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=None, clock=time.monotonic, sleep=time.sleep):
+def run_arm(
+    profile,
+    arm,
+    vllm_url,
+    model,
+    encode,
+    lmcache_url=None,
+    log=None,
+    clock=time.monotonic,
+    sleep=time.sleep,
+    target_url=None,
+):
     """Run the profile's concurrency ladder for ``arm`` (already deployed by the caller); returns CSV rows.
+
+    ``vllm_url``: the vLLM whose counters are read, or a list of them (every instance behind the job's router, summed).
+    ``target_url``: where the bursts go (the job's router); default the (first) vLLM itself.
 
     Per concurrency ``c``: warmup bursts (at every ``c`` when ``warmup_at_each_c``, else only at the lowest),
     then :func:`wait_drained` on LMCache's store/L2 counters (bounded by ``drain_bound_s``), then ``iterations``
@@ -33,6 +47,7 @@ def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=None, c
     parse_arms([arm], key="arm")
     log = log or _stdout_line
     reader = MetricsReader(vllm_url, lmcache_url if arm_uses_lmcache(arm) else None)
+    target = target_url or reader.vllm_urls[0].removesuffix("/metrics")
     builder = WordPromptBuilder(encode, seed=profile["seed"])
     rows = []
 
@@ -55,7 +70,7 @@ def run_arm(profile, arm, vllm_url, model, encode, lmcache_url=None, log=None, c
     def burst(c, run_id):
         prompts = builder.build(profile["prefix_mode"], c, profile["prefix_tokens"], profile["isl"], run_id)
         return run_burst(
-            vllm_url,
+            target,
             model,
             prompts.prompts,
             c,

@@ -68,6 +68,8 @@ class FakeVLLM:
                     self._send(200, json.dumps({"object": "list", "data": [{"id": outer.model}]}))
                 elif self.path == "/metrics":
                     self._send(200, outer.metrics_text(), "text/plain; version=0.0.4")
+                elif self.path == "/health":  # what the job's router probes
+                    self._send(200, "")
                 else:
                     self._send(404, '{"detail":"Not Found"}')
 
@@ -145,6 +147,23 @@ class FakeVLLM:
 @pytest.fixture
 def test_tokenizer():
     return WhitespaceTestTokenizer()
+
+
+@pytest.fixture
+def fake_vllms():
+    """Start more :class:`FakeVLLM` servers (``fake_vllms(n, delay=...)`` returns a list), stopped after the test."""
+    servers = []
+
+    def start(n, **kwargs):
+        new = [FakeVLLM(**kwargs).start() for _dummy in range(n)]
+        servers.extend(new)
+        return new
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
 
 
 @pytest.fixture

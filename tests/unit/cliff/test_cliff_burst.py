@@ -9,6 +9,7 @@ import os
 import pytest
 
 from ansible_collections.aic.stack.plugins.plugin_utils.cliff import burst as cliff_burst
+from ansible_collections.aic.stack.plugins.plugin_utils.cliff import counters as cliff_counters
 from ansible_collections.aic.stack.plugins.plugin_utils.cliff import profiles
 from ansible_collections.aic.stack.plugins.plugin_utils.cliff import prompts as cliff_prompts
 from ansible_collections.aic.stack.plugins.plugin_utils.cliff import results as cliff_results
@@ -174,3 +175,36 @@ def test_cli_runs_one_arm_and_appends(fake_vllm, tmp_path, capsys):
     doc = json.loads((results / cliff_results.JSON_NAME).read_text())
     assert set(doc["arms"]) == {"vram", "nvme"}
     assert (results / cliff_results.HTML_NAME).exists()
+
+
+def test_run_arm_through_the_router_sums_the_counters_of_every_instance(
+    vllm_router, fake_vllms, http_server, test_tokenizer
+):
+    """CLIFF_TARGET=router: the bursts go through the real vllm-router (round robin) to two vLLM stand-ins, and each
+    row's counters are the sum of both instances' (the requests the arm sent, wherever they were served)."""
+    first, second = fake_vllms(2, delay=0.02)
+    target = vllm_router([first.url, second.url], policy="round_robin")
+    http_server.route("/metrics", body="")
+    rows = cliff_runner.run_arm(
+        tiny_profile(), "dram", [first.url, second.url], "fake-model", test_tokenizer,
+        lmcache_url=http_server.url, log=lambda _line: None, target_url=target,
+    )  # fmt: skip
+    # Every request went through the router, which spread them over both instances.
+    assert len(first.completions) + len(second.completions) == 5 + 10
+    assert first.completions and second.completions
+    for row in rows:
+        assert row["err_count"] == 0
+        # 48 prompt tokens per request, counted by whichever instance served it: the sum is the burst's.
+        assert row["l1_cache_queries"] == 48 * row["concurrency"]
+
+
+def test_the_metrics_reader_sums_the_instances(fake_vllms):
+    first, second = fake_vllms(2, delay=0)
+    for server, prompt in ((first, "alpha beta"), (second, "gamma delta epsilon")):
+        server.complete({"prompt": prompt, "max_tokens": 1})
+    one = cliff_counters.MetricsReader(first.url).counters()
+    two = cliff_counters.MetricsReader(second.url).counters()
+    both = cliff_counters.MetricsReader([first.url, second.url]).counters()
+    assert both["l1_cache_queries"] == one["l1_cache_queries"] + two["l1_cache_queries"] > 0
+    with pytest.raises(ValueError, match="no vLLM URL"):
+        cliff_counters.MetricsReader([])

@@ -5,11 +5,6 @@ pin, installed in the test venv) in front of stand-in vLLM workers (local HTTP s
 from __future__ import annotations
 
 import json
-import pathlib
-import shutil
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -19,14 +14,6 @@ import pytest
 
 from ansible_collections.aic.stack.plugins.module_utils import router_api
 from ansible_collections.aic.stack.plugins.modules import router_workers
-
-ROUTER_BIN = shutil.which("vllm-router", path=str(pathlib.Path(sys.executable).parent))
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class StandInVllm:
@@ -76,37 +63,9 @@ def workers(http_server_factory):
 
 
 @pytest.fixture
-def router(workers, tmp_path):
+def router(workers, vllm_router):
     """The real vllm-router, round robin over the two stand-ins, probing them every second; ready when it answers."""
-    if ROUTER_BIN is None:
-        pytest.fail("vllm-router is not installed in the test venv (requirements-test.txt)")
-    port, metrics_port = free_port(), free_port()
-    log = (tmp_path / "router.log").open("w")
-    proc = subprocess.Popen(
-        [ROUTER_BIN, "--host", "127.0.0.1", "--port", str(port), "--prometheus-host", "127.0.0.1",
-         "--prometheus-port", str(metrics_port), "--policy", "round_robin", "--worker-urls", *[w.url for w in workers],
-         "--health-check-interval-secs", "1", "--health-success-threshold", "1"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(base + "/readiness", timeout=2) as resp:  # noqa: S310 - a local URL
-                if resp.status == 200:
-                    break
-        except (urllib.error.URLError, OSError):
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail("vllm-router did not get ready: " + (tmp_path / "router.log").read_text()[-2000:])
-        time.sleep(0.2)
-    yield base
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    return vllm_router([w.url for w in workers])
 
 
 def complete(base, timeout=30):
