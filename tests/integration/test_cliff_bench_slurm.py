@@ -58,6 +58,7 @@ def test_spur_dialect_submits_the_bench_playbook_with_the_operators_input(tmp_pa
             "cliff_bench_profile": "cliff-spur-l2",
             "cliff_bench_overrides": overrides,
             "cliff_bench_job_id": "spur-run",
+            "cliff_bench_target": "router",
             "cliff_bench_slurm_extra_vars": {"cliff_bench_arm_timeout": 600, "cliff_bench_job_id": "loses"},
             "cliff_bench_slurm_gpus": 1,
             "cliff_bench_slurm_partition": "amd-spur",
@@ -102,6 +103,8 @@ def test_spur_dialect_submits_the_bench_playbook_with_the_operators_input(tmp_pa
         "cliff_bench_arm_timeout": 600,
         "cliff_bench_profile": "cliff-spur-l2",
         "cliff_bench_overrides": overrides,
+        # The operator's target travels with the job (CLIFF_TARGET=router).
+        "cliff_bench_target": "router",
         "cliff_bench_job_id": "spur-run",
     }
     assert command[8:] == ["-e", "cliff_bench_where=host", "-e", "ansible_connection=local"]
