@@ -106,6 +106,21 @@ def wait_healthy(node, timeout=300):
     raise AssertionError(f"vLLM of {node} not healthy within {timeout} s")
 
 
+# The job's router (inventories/spur: aic_router_enabled) runs on the first node of the job.
+ROUTER = f"http://{IP['node1']}:30000"
+
+
+def worker_node(url):
+    """The node of a router worker URL: the other nodes' instances at their address, the router's own by name."""
+    host = url.split("://", 1)[1].rsplit(":", 1)[0]
+    return next((n for n, ip in IP.items() if ip == host), "node1" if host == "aic-vllm" else url)
+
+
+def routed_nodes():
+    """The nodes whose vLLM instances the router routes to (its /list_workers)."""
+    return {worker_node(u) for u in requests.get(f"{ROUTER}/list_workers", timeout=5).json()["urls"]}
+
+
 class Cluster:
     def __init__(self, job):
         self.job = job
@@ -214,6 +229,12 @@ def test_first_rollout_brings_every_node_to_healthy(first_rollout):
         response = complete(node)
         assert response.status_code == 200, response.text
         assert response.json()["choices"][0]["text"]
+    # One endpoint for the job: the router on node1 routes to every node's vLLM, and the rollout printed it.
+    assert routed_nodes() == set(NODES)
+    response = requests.post(f"{ROUTER}/v1/completions", json={"model": MODEL, "prompt": "Hello", "max_tokens": 4},
+                             timeout=60)  # fmt: skip
+    assert response.status_code == 200 and response.json()["choices"][0]["text"], response.text
+    assert f"The job's endpoint: {ROUTER}/v1 (vllm-router on node1" in " ".join(debug_messages(runner))
 
 
 def test_each_node_skips_node_exporter_because_its_engine_refused_host_pid(first_rollout):
@@ -237,6 +258,11 @@ def test_one_prometheus_sees_every_target_of_every_node(first_rollout):
     for node in ("node2", "node3"):
         assert on_node(node, "docker ps -q -f name=^aic-prometheus$").stdout.strip() == ""
     assert inspect("node1", "aic-prometheus", "{{.RestartCount}}") == "0"
+    # And the job's router, on node1 (up once its first scrape after the router started came in).
+    deadline = time.monotonic() + 60
+    while targets_by_node().get(("router", "node1")) != "up":
+        assert time.monotonic() < deadline, targets_by_node()
+        time.sleep(2)
 
 
 def test_second_rollout_changes_nothing_and_restarts_nothing(cluster, first_rollout):
@@ -332,6 +358,7 @@ TURN_HEALTHY = "Note that this node is healthy"
 LONG_STREAMS = 3
 LONG_TOKENS = (128, 96, 176)  # within the stand-in's max_model_len 256, with the prompt
 KILL_EVENT_SLACK = 2.0
+ROUTER_CLIENTS = 2
 
 
 class Load:
@@ -400,6 +427,69 @@ class Load:
             t.join(timeout=150)
 
 
+TURN_BACK = "Put this node's vLLM instances back into the job's router (it passed health)"
+
+
+class RouterLoad:
+    """Requests through the job's router all through a rollout (ROUTER_CLIENTS back to back, of different lengths),
+    and what it routes to: its worker list every half second, and at the start of each turn (a batch boundary for the
+    first node of a batch: its removal is the turn's first task after that)."""
+
+    def __init__(self):
+        self.results = []  # (client, start, end, outcome)
+        self.polls = []  # (time, nodes listed, or None when the router did not answer)
+        self.at_turn = {}  # node -> (time, nodes listed) when its turn started
+        self.back_at = {}
+        self.stop = threading.Event()
+        self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(ROUTER_CLIENTS)]
+        self.threads.append(threading.Thread(target=self.poll, daemon=True))
+
+    def client(self, i):
+        while not self.stop.is_set():
+            start = time.time()
+            try:
+                response = requests.post(
+                    f"{ROUTER}/v1/completions",
+                    json={"model": MODEL, "prompt": f"router client {i} at {start}:", "max_tokens": 8 + 24 * i},
+                    timeout=120,
+                )
+                outcome = "ok" if response.status_code == 200 else f"http {response.status_code}: {response.text[:80]}"
+            except requests.RequestException as exc:
+                outcome = type(exc).__name__
+            self.results.append((i, start, time.time(), outcome))
+            self.stop.wait(0.2)
+
+    def listed(self):
+        try:
+            return routed_nodes()
+        except (requests.RequestException, ValueError, KeyError):
+            return None
+
+    def poll(self):
+        while not self.stop.is_set():
+            self.polls.append((time.time(), self.listed()))
+            self.stop.wait(0.5)
+
+    def on_event(self, event):
+        data = event.get("event_data", {})
+        if event.get("event") == "runner_on_ok" and data.get("host") in NODES:
+            if data.get("task") == TURN_STARTS:
+                self.at_turn[data["host"]] = (time.time(), self.listed())
+            elif data.get("task") == TURN_BACK:
+                self.back_at[data["host"]] = time.time()
+        return True
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=150)
+
+
 def brief(results, t0, most=6):
     """Load results, short enough for the tail of a CI log: kind, start-end in seconds after t0, outcome."""
     return "; ".join(f"{r[1]} +{r[2] - t0:.2f}..+{r[3] - t0:.2f}s {r[4]}" for r in results[:most]) + (
@@ -450,16 +540,17 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     on the node being replaced, from the moment its vLLM is told to stop, and the ones in flight then complete."""
     _dummy, tmp = first_rollout
     build_on_nodes("aic-stack-cpu:rehearsal-next", ["LABEL ai.aic.rehearsal=next"])
-    with Load() as load:
+    with Load() as load, RouterLoad() as routed:
         with VllmEvents() as events:
             time.sleep(1)  # every node answers before the rollout starts
             t0 = time.time()
             runner = cluster.deploy(
                 tmp, aic_stack_image="aic-stack-cpu:rehearsal-next", aic_rollout_batch_size="100%",
-                event_handler=load.on_event,
+                event_handler=lambda event: load.on_event(event) and routed.on_event(event),
             )  # fmt: skip
             t1 = time.time()
         time.sleep(1)
+        after = routed.listed()
     assert runner.status == "successful", failures(runner)
     lines = summary(runner)
     for node in NODES:
@@ -502,6 +593,26 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
     # After the rollout every node serves again.
     late = [r for r in results if r[2] > t1 and r[4] != "ok"]
     assert not late, "after the rollout: " + brief(late, t0)
+
+    # Through the job's router nothing failed: each node's instances were taken out before its vLLM was stopped (the
+    # drain bounded by aic_router_drain_timeout_s) and put back once it passed health; the others took the requests.
+    sent = [r for r in routed.results if t0 <= r[1] <= t1]
+    assert len(sent) >= 10 and not [r for r in routed.results if r[3] != "ok"], [
+        (r[0], f"+{r[1] - t0:.1f}..+{r[2] - t0:.1f}s", r[3]) for r in routed.results if r[3] != "ok"
+    ][:10]
+    # Its worker list at every batch boundary (the start of a batch's first turn, and the end): every node's instances.
+    first_of_batch = [("node1",), ("node2", "node3")]
+    for batch in first_of_batch:
+        when, listed = min(routed.at_turn[n] for n in batch)
+        assert listed == set(NODES), (batch, f"+{when - t0:.1f}s", listed)
+    assert after == set(NODES), after
+    # And never a node whose vLLM was down (from its kill until its new vLLM started).
+    for node in NODES:
+        down = [(t, listed) for t, listed in routed.polls if stopped[node][0] <= t <= back[node][-1]]
+        assert down and all(listed is not None and node not in listed for _t, listed in down), (
+            node, [(f"+{t - t0:.1f}s", listed) for t, listed in down][:10]
+        )  # fmt: skip
+        assert routed.back_at[node] > back[node][-1], node
 
 
 def comm(pid):
