@@ -164,9 +164,9 @@ DEFAULTS = {
     "aic_grafana_enabled": False,
     "aic_grafana_image": "grafana/grafana:13.1.3",
     "aic_grafana_port": 3000,
-    # The job's vllm-router: one router in front of every vLLM instance of every node of the job
-    # (playbooks/router.yml). Off by default until deploy.yml runs it and the rollout drains through it.
-    "aic_router_enabled": False,
+    # The job's vllm-router: one router in front of every vLLM instance of every node of the job, the job's endpoint;
+    # the rolling rollout drains each node through it.
+    "aic_router_enabled": True,
     # The inventory host that runs the job's router, a node of the job: empty = the first host of aic_nodes (locally
     # this machine).
     "aic_router_host": "",

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.integration
 VLLM = "http://127.0.0.1:8000"
 LMCACHE = "http://127.0.0.1:8080"
 PROMETHEUS = "http://127.0.0.1:9090"
+ROUTER = "http://127.0.0.1:30000"
 MODEL = "tiny-llama"
-SERVICES = ("aic-vllm", "aic-lmcache", "aic-prometheus")
+SERVICES = ("aic-vllm", "aic-lmcache", "aic-prometheus", "aic-router")
 SUMMARY_TASK = "Summary of the rollout (every node of the job)"
 FAST_PATH_LINE = "localhost: healthy, unchanged (nothing to do"
 
@@ -151,11 +152,36 @@ def test_completion_url_returns_text(deployed):
     assert response.json()["choices"][0]["text"]
 
 
+def test_the_stacks_endpoint_is_its_router_in_front_of_its_vllm(deployed):
+    """The local stack's one endpoint: vllm-router (aic_router_enabled, on by default) with the local vLLM as its worker;
+    every deploy, the no-op one too, prints it."""
+    messages = [e["event_data"]["res"].get("msg") for e in deployed.events
+                if e.get("event") == "runner_on_ok" and isinstance(e["event_data"].get("res", {}).get("msg"), str)]  # fmt: skip
+    assert any(m.startswith(f"The job's endpoint: {ROUTER}/v1 (vllm-router on localhost") for m in messages), messages
+    assert requests.get(f"{ROUTER}/list_workers", timeout=10).json()["urls"] == ["http://aic-vllm:8000"]
+    before = metric(requests.get(f"{VLLM}/metrics", timeout=10).text, "vllm:request_success_total")
+    response = requests.post(
+        f"{ROUTER}/v1/completions",
+        json={"model": MODEL, "prompt": "The capital of France is", "max_tokens": 4, "temperature": 0},
+        timeout=120,
+    )
+    assert response.status_code == 200 and response.json()["choices"][0]["text"], response.text
+    # vLLM answered it (the router forwards, it does not serve).
+    assert metric(requests.get(f"{VLLM}/metrics", timeout=10).text, "vllm:request_success_total") == before + 1
+
+
 def test_prometheus_scrapes_vllm_and_lmcache(deployed):
     targets = requests.get(f"{PROMETHEUS}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
     health = {t["labels"]["job"]: t["health"] for t in targets}
     assert health.get("vllm") == "up", targets
     assert health.get("lmcache") == "up", targets
+    # And the router (up once a scrape after it started came in).
+    deadline = time.monotonic() + 60
+    while health.get("router") != "up" and time.monotonic() < deadline:
+        time.sleep(2)
+        targets = requests.get(f"{PROMETHEUS}/api/v1/targets", timeout=10).json()["data"]["activeTargets"]
+        health = {t["labels"]["job"]: t["health"] for t in targets}
+    assert health.get("router") == "up", targets
 
 
 def test_lmcache_serves_its_metrics_on_the_scraped_port(deployed):

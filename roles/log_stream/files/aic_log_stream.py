@@ -226,6 +226,36 @@ def read_state(state_dir, container):
     return state
 
 
+def remove_stale_pidfiles(state_dir):
+    """Unlink every pidfile of ``state_dir`` that no streamer holds (a streamer killed without its cleanup: SIGKILL, a
+    reboot), of any container: the state dir then names only live streamers. Each is locked before it is unlinked, so
+    a streamer taking it at that moment finds it unlinked and locks a new one (lock_pidfile). The containers whose
+    pidfile was removed, sorted."""
+    removed = []
+    try:
+        names = sorted(n for n in os.listdir(state_dir) if n.endswith(".pid"))
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        path = os.path.join(state_dir, name)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live streamer holds it
+            with contextlib.suppress(FileNotFoundError):
+                if os.path.samestat(os.fstat(fd), os.stat(path)):
+                    os.unlink(path)
+                    removed.append(name[: -len(".pid")])
+        finally:
+            os.close(fd)
+    return removed
+
+
 def write_json_atomic(path, data):
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as handle:
@@ -521,9 +551,10 @@ def cmd_status(args):
 
 def cmd_start(args):
     path = os.path.abspath(args.file)
+    stale = remove_stale_pidfiles(args.state_dir)
     state = read_state(args.state_dir, args.container)
     if state["running"] and same_file(state.get("file"), path):
-        emit({"changed": False, "started": False, **state})
+        emit({"changed": bool(stale), "started": False, "stale_removed": stale, **state})
         return 0
     replaced = None
     if state["running"]:
@@ -571,7 +602,7 @@ def cmd_start(args):
             child.kill()
             return fail(f"the streamer did not start within {START_TIMEOUT:.0f} s: {tail(paths['diag'])}")
         time.sleep(0.05)
-    emit({"changed": True, "started": True, "replaced": replaced, **state})
+    emit({"changed": True, "started": True, "replaced": replaced, "stale_removed": stale, **state})
     return 0
 
 

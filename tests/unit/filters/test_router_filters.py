@@ -28,7 +28,7 @@ def test_the_filters_are_the_module_utils_functions():
 
 
 def test_a_router_error_is_a_filter_error_naming_the_variable():
-    plan = build_plan({})[0]
+    plan = build_plan({"aic_router_enabled": False})[0]
     with pytest.raises(AnsibleFilterError, match="^aic_router_enabled: false"):
         FILTERS["router_spec"](plan, ["http://aic-vllm:8000"])
     with pytest.raises(AnsibleFilterError, match="aic_router_enabled: the router has no worker"):

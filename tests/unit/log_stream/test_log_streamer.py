@@ -165,6 +165,25 @@ def test_a_locked_pidfile_is_running_and_an_unlocked_one_is_stale(streamer, tmp_
     assert state["running"] is False and state["pid"] == os.getpid()  # stale: nobody holds it
 
 
+def test_stale_pidfiles_are_removed_and_held_ones_kept(streamer, tmp_path):
+    """A streamer killed without its cleanup (a reboot) leaves its pidfile: removed, whichever container it was for
+    (one the plan no longer has too); a live streamer's is kept."""
+    state_dir = str(tmp_path)
+    held = streamer.lock_pidfile(streamer.state_paths(state_dir, "live")["pidfile"])
+    for name in ("gone-1", "gone-2"):
+        stale = streamer.lock_pidfile(streamer.state_paths(state_dir, name)["pidfile"])
+        os.close(stale)  # its holder died
+    (tmp_path / "live.json").write_text("{}")
+    try:
+        assert streamer.remove_stale_pidfiles(state_dir) == ["gone-1", "gone-2"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["live.json", "live.pid"]
+        assert streamer.read_state(state_dir, "live")["running"] is True
+        assert streamer.remove_stale_pidfiles(state_dir) == []
+    finally:
+        os.close(held)
+    assert streamer.remove_stale_pidfiles(str(tmp_path / "missing")) == []
+
+
 def test_metadata_of_another_process_is_not_trusted(streamer, tmp_path):
     paths = streamer.state_paths(str(tmp_path), "c")
     fd = streamer.lock_pidfile(paths["pidfile"])

@@ -34,6 +34,8 @@ SPUR_LIKE = {
 
 
 def node(running=("node_exporter",), **inputs):
+    # The router's scrape job has its own tests (tests/unit/router): these are about the nodes' targets.
+    inputs.setdefault("aic_router_enabled", False)
     return {"aic_plan": build_plan(inputs)[0], "monitoring_exporters_running": list(running)}
 
 
@@ -79,10 +81,12 @@ def test_single_local_node_targets_are_the_plan_targets():
 
 def test_no_exporter_fact_means_no_exporter_targets():
     hostvars = {"localhost": {"aic_plan": build_plan({})[0]}}
+    # (And the job's router, on by default: its own job.)
     assert [j["job"] for j in cluster_scrape_jobs(hostvars, ["localhost"], "localhost")] == [
         "prometheus",
         "vllm",
         "lmcache",
+        "router",
     ]
 
 

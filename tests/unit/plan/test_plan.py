@@ -122,7 +122,7 @@ NON_DEFAULTS = {
     "aic_grafana_enabled": True,
     "aic_grafana_image": "grafana/grafana:12.0.0",
     "aic_grafana_port": 13000,
-    "aic_router_enabled": True,
+    "aic_router_enabled": False,
     "aic_router_host": "n2",
     "aic_router_image_name": "lab-router",
     "aic_router_version": "0.1.18",

@@ -42,7 +42,7 @@ def node(**inputs):
 
 def test_the_router_inputs_and_their_defaults():
     assert {name: DEFAULTS[name] for name in ROUTER_INPUTS} == {
-        "aic_router_enabled": False,
+        "aic_router_enabled": True,
         "aic_router_host": "",
         "aic_router_image_name": "aic-router",
         "aic_router_version": "0.1.17",

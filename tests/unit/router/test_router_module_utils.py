@@ -337,7 +337,7 @@ def test_the_spec_env_is_not_shared_between_specs():
 
 
 def test_a_disabled_router_has_no_spec():
-    plan = build_plan({})[0]
+    plan = build_plan({"aic_router_enabled": False})[0]
     with pytest.raises(RouterError, match="^aic_router_enabled: false"):
         router_spec(plan, ["http://aic-vllm:8000"])
 
@@ -350,6 +350,8 @@ def router_jobs(hostvars, hosts, monitoring_host):
 
 
 def test_no_router_no_scrape_job(three_nodes):
+    for variables in three_nodes.values():
+        variables["aic_plan"]["router"]["enabled"] = False
     assert router_target(three_nodes, ["n1", "n2", "n3"], "n1") is None
     assert router_jobs(three_nodes, ["n1", "n2", "n3"], "n1") == []
 
