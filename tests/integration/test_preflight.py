@@ -100,6 +100,10 @@ BAD_INPUTS = [
         id="duplicate-port",
     ),
     pytest.param({"aic_flavour": "rocm", "aic_vllm_model": ""}, "aic_vllm_model", PLAN_ACTIONS, id="rocm-no-model"),
+    pytest.param({"aic_router_policy": "fastest"}, "aic_router_policy", PLAN_ACTIONS, id="unknown-router-policy"),
+    pytest.param(
+        {"aic_router_port": 8000}, ("aic_router_port", "aic_vllm_port"), PLAN_ACTIONS, id="router-port-collides"
+    ),
 ]
 
 
@@ -135,6 +139,17 @@ def test_deploy_stops_after_preflight_on_bad_input(tmp_path, extravars, variable
     assert variable in failure["res"]["msg"]
     assert_only_preflight_ran(runner, events)
     assert runner.stats["processed"] == {"localhost": 1}
+    assert not runner.stats["changed"]
+
+
+def test_a_router_host_outside_the_job_fails_in_preflight_naming_it(tmp_path):
+    """The job-level check of the router (after the plan, before any host is touched): its host must be a node."""
+    runner, events = run_playbook(tmp_path, DEPLOY_PLAYBOOK, {"aic_router_host": "node9"})
+    failure = the_failure(runner, events)
+    msg = failure["res"]["msg"]
+    assert "aic_router_host" in msg and "node9" in msg, msg
+    assert failure["role"] == "preflight" and failure["task_action"] == "ansible.builtin.assert", describe(events)
+    assert_only_preflight_ran(runner, events, extra_actions={"ansible.builtin.debug", "ansible.builtin.assert"})
     assert not runner.stats["changed"]
 
 
