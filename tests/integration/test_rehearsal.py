@@ -361,15 +361,34 @@ KILL_EVENT_SLACK = 2.0
 ROUTER_CLIENTS = 2
 
 
-class Load:
+class Clients:
+    """Client threads run while the block runs (``self.threads``), told to end by ``self.stop``."""
+
+    threads = ()
+
+    def __init__(self):
+        self.stop = threading.Event()
+
+    def __enter__(self):
+        for t in self.threads:
+            t.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=150)
+
+
+class Load(Clients):
     """Requests sent to every node all through a rollout: a short one per node every second (cheap: the two cores are
     shared by three vLLMs, the one starting and, in CI, the other test lane), and, from the start of a node's turn to
     its health, long ones back to back to that node (LONG_STREAMS at once), so that some are in flight when its vLLM
     is told to stop."""
 
     def __init__(self, nodes=tuple(NODES)):
+        super().__init__()
         self.results = []  # (node, kind, start, end, outcome)
-        self.stop = threading.Event()
         self.turn = {n: threading.Event() for n in NODES}
         self.healthy_at = {}
         self.turn_at = {}
@@ -416,31 +435,21 @@ class Load:
                 self.healthy_at[data["host"]] = time.time()
         return True
 
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=150)
-
 
 TURN_BACK = "Put this node's vLLM instances back into the job's router (it passed health)"
 
 
-class RouterLoad:
+class RouterLoad(Clients):
     """Requests through the job's router all through a rollout (ROUTER_CLIENTS back to back, of different lengths),
     and what it routes to: its worker list every half second, and at the start of each turn (a batch boundary for the
     first node of a batch: its removal is the turn's first task after that)."""
 
     def __init__(self):
+        super().__init__()
         self.results = []  # (client, start, end, outcome)
         self.polls = []  # (time, nodes listed, or None when the router did not answer)
         self.at_turn = {}  # node -> (time, nodes listed) when its turn started
         self.back_at = {}
-        self.stop = threading.Event()
         self.threads = [threading.Thread(target=self.client, args=(i,), daemon=True) for i in range(ROUTER_CLIENTS)]
         self.threads.append(threading.Thread(target=self.poll, daemon=True))
 
@@ -478,16 +487,6 @@ class RouterLoad:
             elif data.get("task") == TURN_BACK:
                 self.back_at[data["host"]] = time.time()
         return True
-
-    def __enter__(self):
-        for t in self.threads:
-            t.start()
-        return self
-
-    def __exit__(self, *exc):
-        self.stop.set()
-        for t in self.threads:
-            t.join(timeout=150)
 
 
 def brief(results, t0, most=6):
