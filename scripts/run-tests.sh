@@ -100,10 +100,10 @@ step "unit tests (beside the rehearsal)"
 pytest -q tests/unit --durations=10 || light_rc=$?
 step "integration tests: the light modules (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
-step "molecule: the scenarios that start no vLLM, one at a time beside the rehearsal, two once it ended"
+step "molecule: six scenarios that start no vLLM and build nothing, one at a time beside the rehearsal, two once it ended"
 [[ $light_rc -eq 0 ]] && {
   MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$beds_pid molecule/run.sh \
-    base_image image_build l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job || light_rc=$?
+    l2_dirs l2_dirs_nosudo release node_exporter log_stream slurm_job || light_rc=$?
 }
 lint_rc=0
 wait "$lint_pid" || lint_rc=$?
@@ -114,18 +114,22 @@ join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (
 # The monitoring images' artifacts that the rehearsal's distribution saved, for the next run too.
 scripts/build-cache.sh keep "$PWD/.work"
 # The local stack's part: first, alone, test_faults (--part=alone: it restarts this engine, every container on it
-# stops, molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks); then the local stack's other modules in the background beside the other molecule scenarios (five of
-# them start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
+# stops, molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks); then the local
+# stack's other modules in the background beside the other molecule scenarios (the two that build images first, five
+# that start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
 # alone (its relay's timeouts are seconds). Alone, the local stack's modules keep the cores half idle (50-60 %: they
-# mostly wait for vLLM and LMCache to start and for health), which the scenarios use.
+# mostly wait for vLLM and LMCache to start and for health), which the scenarios use: in CI1 of 2026-12-05 they ran
+# 1000 s and the fourteen scenarios beside them 670 s, while the rehearsal lane was CPU-bound (the rehearsal alone
+# 1015 s at 63 % busy, beside the light lane 1334 s), so base_image and image_build (333 s there, two real builds)
+# moved here.
 step "integration tests on the real local stack: the faults (the Docker engine's restart among them), alone"
 pytest -q tests/integration --part=alone --durations=10
 pytest -q -p no:cacheprovider --basetemp="$lanes/stack-tmp" --durations=30 tests/integration --part=stack \
   >"$lanes/stack.log" 2>&1 &
 stack_pid=$!
 molecule_rc=0
-step "molecule: the other scenarios (five start vLLM), one at a time beside the local stack's modules, then image_distribute alone"
-MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$stack_pid molecule/run.sh prometheus monitoring lmcache vllm router health teardown \
+step "molecule: the other scenarios (two build images, five start vLLM), one at a time beside the local stack's modules, then image_distribute alone"
+MOLECULE_JOBS=2 MOLECULE_BESIDE_PID=$stack_pid molecule/run.sh base_image image_build prometheus monitoring lmcache vllm router health teardown \
   cliff_bench amd_metrics_exporter grafana preflight rollout_lock docker_host image_distribute || molecule_rc=$?
 join "$stack_pid" "$lanes/stack.log" "integration tests on the real local stack (beside molecule)" "$molecule_rc"
 step "done"

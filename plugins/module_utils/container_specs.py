@@ -21,6 +21,12 @@ ROCM_ENV = {
     "AMDGCN_USE_BUFFER_OPS": "0",
     "MIOPEN_FIND_MODE": "FAST",
 }
+# Neither vLLM nor LMCache sends its anonymous usage statistics (both report to their projects' servers by default;
+# DO_NOT_TRACK is the convention both honour, each also has its own switch). Beyond what an operator expects of a
+# node, it is what a node without egress needs: LMCache flushes its usage threads at shutdown, each blocking on the
+# unreachable server until its 10 s timeout, so a SIGTERM took 30 s and ended in the engine's SIGKILL (measured on
+# the rehearsal cluster's nodes, which have no route out); with it off, LMCache stops in about a second.
+NO_USAGE_STATS_ENV = {"DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1", "LMCACHE_TRACK_USAGE": "false"}
 # The plan's default for aic_rocm_devices (the GPU compute and render nodes).
 ROCM_DEVICES = ["/dev/kfd", "/dev/dri"]
 # Seconds the engine waits beyond vLLM's own drain (--shutdown-timeout) before it kills the container.
@@ -147,7 +153,7 @@ def vllm_spec(plan, index=0):
         # SIGTERM: refuse new requests, let in-flight ones finish for up to `drain` seconds (vLLM >= 0.18).
         command += ["--shutdown-timeout", str(drain)]
     command += list(vllm["extra_args"])
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", **NO_USAGE_STATS_ENV}
     mounts = []
     if vllm.get("lmcache", True):
         # The guard runs vLLM and ends the container when the LMCache server restarted under it (the restart policy
@@ -183,11 +189,13 @@ def vllm_spec(plan, index=0):
 
 
 def lmcache_env(plan):
-    """LMCache sees the same GPUs as the vLLM containers it serves (never a silent GPU 0)."""
+    """LMCache sees the same GPUs as the vLLM containers it serves (never a silent GPU 0); it sends no usage
+    statistics (NO_USAGE_STATS_ENV)."""
     env = {
         "NIXL_TELEMETRY_ENABLE": "y",
         "NIXL_TELEMETRY_EXPORTER": "prometheus",
         "NIXL_TELEMETRY_PROMETHEUS_PORT": str(plan["ports"]["nixl_telemetry"]),
+        **NO_USAGE_STATS_ENV,
     }
     if plan["flavour"] == "rocm":
         if not plan["gpus"]:

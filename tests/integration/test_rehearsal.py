@@ -557,6 +557,16 @@ def test_a_good_image_rolls_out_canary_first_under_load(cluster, first_rollout):
         assert inspect(node, "aic-vllm", "{{.Config.Image}}") == "aic-stack-cpu:rehearsal-next"
         # The devices the bad image's run took away from the canary are back (the next deploy reruns with no change).
         assert devices(node) == DEFAULT_DEVICES, node
+    # Each node's LMCache was replaced (a new image) and its old server ended on SIGTERM, within its stop timeout
+    # (30 s, then the engine's SIGKILL): with usage statistics on, its shutdown flushed three usage threads, each
+    # blocking on the unreachable server (these nodes have no route out) for 10 s, and every replacement took 31 s.
+    replaced = {
+        e["event_data"]["host"]: e["event_data"]["duration"]
+        for e in runner.events
+        if e.get("event") == "runner_on_ok" and e["event_data"].get("task") == "Run the LMCache server"
+        and e["event_data"]["res"].get("changed")
+    }  # fmt: skip
+    assert set(replaced) == set(NODES) and all(d < 20 for d in replaced.values()), replaced
 
     stopped = {n: [t for t in events.kill[n] if t0 <= t <= t1 + 1] for n in NODES}
     back = {n: [t for t in events.start[n] if t0 <= t <= t1 + 1] for n in NODES}

@@ -176,3 +176,20 @@ def test_l2_adapter_per_backend(backend, expected):
 def test_unknown_backend_is_rejected_naming_the_variable():
     with pytest.raises(PlanError, match="^aic_lmcache_l2_backend: unknown backend 'gds'"):
         build_plan({"aic_lmcache_l2_backend": "gds"})
+
+
+@pytest.mark.parametrize("inventory", ["spur", "local"])
+def test_neither_vllm_nor_lmcache_sends_usage_statistics(inventory):
+    """Both projects report usage to their servers by default; a node without egress made LMCache's SIGTERM take
+    30 s (its usage threads flush at shutdown, each blocking until its timeout). Both containers opt out, each by
+    the shared DO_NOT_TRACK and by its own switch, on every flavour."""
+    if inventory == "spur":
+        values = spur_inputs()
+    else:
+        values = yaml.safe_load((REPO / "inventories" / "local" / "group_vars" / "all" / "main.yml").read_text())
+        # Its templated values (paths of its own directory, the host's CA files) are Ansible's to render.
+        values = {k: v for k, v in values.items() if "{{" not in str(v)} | {"aic_work_dir": str(REPO / ".work")}
+    plan = build_plan(values)[0]
+    quiet = {"DO_NOT_TRACK": "1", "VLLM_NO_USAGE_STATS": "1", "LMCACHE_TRACK_USAGE": "false"}
+    assert quiet.items() <= lmcache_env(plan).items()
+    assert quiet.items() <= vllm_spec(plan)["env"].items()
