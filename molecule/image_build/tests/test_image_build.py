@@ -108,10 +108,10 @@ def test_the_build_is_an_image_its_tarball_sha256_and_manifest_of_its_own():
 def test_a_failing_build_step_fails_the_run_at_the_build_and_ships_nothing():
     before, pointer, tags = artifacts(), POINTER.read_bytes(), stack_tags()
     rc, results = build(image_build_extra_steps=[STEP, "echo injected build failure >&2; exit 3"])
-    tag = run_tag(results)
     assert rc == 2, {k: v for k, v in results.items() if v.get("failed")}
     failed = [task for task, result in results.items() if result.get("failed")]
     assert failed == ["Build the stack image"], failed
+    tag = run_tag(results)
     assert "injected build failure" in json.dumps(results["Build the stack image"])
     assert (
         "Save the image as a tarball with sha256 and manifest (atomic; a failed build never gets here)" not in results
