@@ -9,6 +9,10 @@ cd "$(dirname "$0")/.."
 BIN=${VENV:-.venv}/bin
 export PATH="$PWD/$BIN:$PATH"
 export ANSIBLE_CONFIG="$PWD/ansible.cfg"
+# The checkout's own plugins, module_utils and tests are imported by some 500 ansible-playbook, molecule and pytest
+# processes: Python caches their bytecode (__pycache__, ignored by git) instead of compiling them in each one, which an
+# environment with PYTHONDONTWRITEBYTECODE set would make it do.
+unset PYTHONDONTWRITEBYTECODE
 
 # Each step's header also says how long the steps since the last header took and how busy the CPUs were meanwhile
 # (/proc/stat: everything but idle and iowait), which tells a part that waits from a part that computes.

@@ -20,7 +20,7 @@ import docker
 import pytest
 import requests
 
-from .conftest import changed_tasks, failures, run_playbook
+from .conftest import changed_tasks, failures, run_playbook, stack_answers
 from .test_l2_tier import lmcache_health_l2, lmcache_metric, prompt, send
 from .test_local_stack import LMCACHE, MODEL, VLLM, wait_healthy
 
@@ -32,9 +32,12 @@ def state(name):
 
 
 @pytest.fixture(scope="module")
-def own_l2(default_stack, session_tmp, tmp_path_factory):
-    """The default stack, then a deploy that gives LMCache its own (new) L2 directory; (runner, l2 root, the
-    containers' attributes before)."""
+def own_l2(local_stack, session_tmp, tmp_path_factory):
+    """A running stack (the one test_l2_full left, which runs just before: the default but for the L2 directory; the
+    default stack when none answers), then a deploy that gives LMCache its own (new) L2 directory; (runner, l2 root,
+    the containers' attributes before)."""
+    if not stack_answers():
+        local_stack.ensure()
     before = {name: state(name) for name in ("aic-lmcache", "aic-vllm")}
     l2_root = tmp_path_factory.mktemp("l2-zero") / "nvme"
     runner = run_playbook("deploy.yml", session_tmp, extravars={"aic_lmcache_nvme_dir": str(l2_root)})
