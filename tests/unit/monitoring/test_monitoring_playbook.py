@@ -35,9 +35,14 @@ def test_exporters_on_every_node_then_prometheus_on_the_monitoring_host_then_the
 
 def test_every_node_is_planned_without_a_gpu_allocation():
     for play in plays()[:2]:
-        preflight = play["tasks"][0]
+        # First the end of deploy.yml's no-op fast path, then the preflight: once per run (no plan yet: the playbook
+        # runs alone), without the runtime checks.
+        first, preflight = play["tasks"][:2]
+        assert first["ansible.builtin.meta"] == "end_play"
+        assert first["when"] == "aic_deploy_unchanged | default(false)"
         assert preflight["ansible.builtin.include_role"]["name"] == "preflight"
         assert preflight["vars"]["preflight_runtime"] is False
+        assert preflight["when"] == "aic_plan is not defined"
 
 
 def test_the_monitoring_host_is_named_by_the_filter_and_scrapes_every_planned_node():
