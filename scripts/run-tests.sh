@@ -93,8 +93,8 @@ scripts/build-cache.sh keep "$PWD/.work"
 docker stop -t 60 aic-vllm >/dev/null && docker stop aic-lmcache >/dev/null
 step "integration tests: the rehearsal cluster beside the unit tests, the light modules and molecule; then the local stack's"
 # The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
-# run in the background beside the light lane: the unit tests, the light modules, then the molecule scenarios that
-# start no vLLM (each on its own stack name and ports, on this engine), one at a time while the rehearsal runs and two
+# run in the background beside the light lane: the unit tests that use the Docker engine (the others run beside
+# test_faults, below), the light modules, then the molecule scenarios that start no vLLM (each on its own stack name and ports, on this engine), one at a time while the rehearsal runs and two
 # once it ended. The CPUs are busy all along (each step's header says how busy), so the two lanes share them. The
 # local stack's part comes afterwards (below): its vLLMs and the rehearsal's would starve each other on two cores.
 # (Measured on the 2-core CI machine: running test_faults first and alone, and the local stack's other modules beside
@@ -103,8 +103,8 @@ pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
 light_rc=0
-step "unit tests (beside the rehearsal)"
-pytest -q tests/unit --durations=10 || light_rc=$?
+step "unit tests that use the Docker engine (beside the rehearsal; the others run beside test_faults)"
+pytest -q tests/unit -m engine --durations=5 || light_rc=$?
 step "integration tests: the light modules (beside the rehearsal)"
 [[ $light_rc -eq 0 ]] && { pytest -q tests/integration --part=light --durations=15 || light_rc=$?; }
 step "molecule: six scenarios that start no vLLM and build nothing, one at a time beside the rehearsal, two once it ended"
@@ -116,8 +116,9 @@ join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (
   "$light_rc"
 # The monitoring images' artifacts that the rehearsal's distribution saved, for the next run too.
 scripts/build-cache.sh keep "$PWD/.work"
-# The local stack's part: first, alone, test_faults (--part=alone: it restarts this engine, every container on it
-# stops, molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks); then the local
+# The local stack's part: first test_faults (--part=alone: it restarts this engine, every container on it stops,
+# molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks; beside it only the unit
+# tests that never reach the engine, at a lower priority); then the local
 # stack's other modules in the background beside the other molecule scenarios (the two that build images first, five
 # that start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
 # alone (its relay's timeouts are seconds). Alone, the local stack's modules keep the cores half idle (50-60 %: they
@@ -125,8 +126,16 @@ scripts/build-cache.sh keep "$PWD/.work"
 # 1000 s and the fourteen scenarios beside them 670 s, while the rehearsal lane was CPU-bound (the rehearsal alone
 # 1015 s at 63 % busy, beside the light lane 1334 s), so base_image and image_build (333 s there, two real builds)
 # moved here.
-step "integration tests on the real local stack: the faults (the Docker engine's restart among them), alone"
-pytest -q tests/integration --part=alone --durations=10
+step "integration tests on the real local stack: the faults (the Docker engine's restart among them), beside the unit tests that need no engine (nice 10)"
+# test_faults keeps one core idle (47 % busy alone): the unit tests that never reach the Docker engine (which it
+# restarts) take it, at a lower priority than the faults' own processes (their recoveries are bounded in seconds), and
+# end before the next part starts (some of them bound their own waits in seconds too).
+nice -n 10 pytest -q -p no:cacheprovider --basetemp="$lanes/unit-tmp" tests/unit -m "not engine" --durations=10 \
+  >"$lanes/unit.log" 2>&1 &
+unit_pid=$!
+faults_rc=0
+pytest -q tests/integration --part=alone --durations=10 || faults_rc=$?
+join "$unit_pid" "$lanes/unit.log" "the unit tests that need no engine (beside the faults)" "$faults_rc"
 pytest -q -p no:cacheprovider --basetemp="$lanes/stack-tmp" --durations=30 tests/integration --part=stack \
   >"$lanes/stack.log" 2>&1 &
 stack_pid=$!

@@ -216,6 +216,7 @@ clear_nodes() {
     return 0
   fi
   for d in "$BED"/nodes/*/; do
+    [[ -d "$d" ]] || continue # no node left (the glob stays as written)
     if [[ -e "$d/purge" ]]; then
       rm -rf "$d"
     else

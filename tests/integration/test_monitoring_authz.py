@@ -4,8 +4,7 @@ refuses ``--pid=host`` (what SPUR does), and against a normal one.
 A SECOND dockerd (own data-root, exec-root, pidfile, socket and pre-created bridge; never ``--bridge=none``)
 runs with a real authorization plugin (tests/integration/authz/pidhost_authz.py) that denies creating
 containers with ``HostConfig.PidMode == "host"``. The play is pointed at it with ``aic_docker_host``. The images
-it needs are built on the main engine by the first run and copied with ``docker save | docker load`` when the second
-engine lacks them (its data-root, BLOCKED_DATA_ROOT, keeps its images from one run to the next).
+it needs are built on the main engine by the first run and copied with ``docker save | docker load``.
 
 The stack name (``aicmon``) and host ports (19291/19292 on the main engine, 19391/19392 on the blocked one)
 never collide with the main stack (aic-*, 8000/8080/9090); only containers this test creates are removed.
@@ -40,11 +39,6 @@ DENIED = "authorization denied by plugin"
 NORMAL_PORTS = {"aic_prometheus_port": 19291, "aic_node_exporter_port": 19292}
 BLOCKED_PORTS = {"aic_prometheus_port": 19391, "aic_node_exporter_port": 19392}
 CONTAINERS = [f"{STACK}-prometheus", f"{STACK}-node-exporter", f"{STACK}-amd-metrics-exporter"]
-# The blocked engine's images stay between runs on this machine (as the rehearsal bed's engines keep their stand-in
-# images): its data-root is not the run's temporary directory, so the monitoring images (~740 MB, named by content)
-# are copied from the main engine only when it lacks them. Only this test's containers, network and volume are
-# removed after a run; images of other tags are removed when the current ones are loaded.
-BLOCKED_DATA_ROOT = pathlib.Path(os.environ.get("AIC_TEST_AUTHZ_DATA_ROOT") or "/var/lib/aic-test-authz/data")
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("dockerd") or not shutil.which("docker"),
@@ -107,7 +101,7 @@ class BlockedEngine:
             self.dockerd = subprocess.Popen(
                 [
                     "dockerd",
-                    f"--data-root={BLOCKED_DATA_ROOT}",
+                    f"--data-root={self.root / 'data'}",
                     f"--exec-root={self.root / 'exec'}",
                     f"--pidfile={self.root / 'docker.pid'}",
                     f"--host={self.host}",
@@ -122,7 +116,6 @@ class BlockedEngine:
                 stderr=log,
             )
         self._wait(lambda: docker("version", host=self.host, check=False).returncode == 0, "the second dockerd")
-        cleanup(self.host)  # what a killed run left in the kept data-root
         return self
 
     def _wait(self, ready, what, timeout=60):
@@ -137,22 +130,12 @@ class BlockedEngine:
         raise RuntimeError(f"{what} did not come up in {timeout}s\n{log}")
 
     def load(self, *images):
-        """Copy ``images`` from the main engine unless this engine has them (by name: their tags name their content);
-        remove every other image of this engine."""
-        missing = [i for i in images if docker("image", "inspect", i, host=self.host, check=False).returncode != 0]
-        if missing:
-            save = subprocess.Popen(["docker", "save", *missing], stdout=subprocess.PIPE)
-            load = subprocess.run(
-                ["docker", "-H", self.host, "load"], stdin=save.stdout, capture_output=True, text=True, check=False
-            )
-            save.stdout.close()
-            assert save.wait() == 0 and load.returncode == 0, load.stderr
-        listed = docker("images", "--format", "{{.Repository}}:{{.Tag}}", host=self.host).stdout.split()
-        stale = [ref for ref in listed if ref not in images and ref != "<none>:<none>"]
-        if stale:
-            docker("rmi", "-f", *stale, host=self.host, check=False)
-        docker("image", "prune", "-f", host=self.host, check=False)
-        return missing
+        save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE)
+        load = subprocess.run(
+            ["docker", "-H", self.host, "load"], stdin=save.stdout, capture_output=True, text=True, check=False
+        )
+        save.stdout.close()
+        assert save.wait() == 0 and load.returncode == 0, load.stderr
 
     def stop(self):
         if self.dockerd is not None and self.dockerd.poll() is None:

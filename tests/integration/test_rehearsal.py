@@ -359,6 +359,10 @@ LONG_STREAMS = 3
 LONG_TOKENS = (128, 96, 176)  # within the stand-in's max_model_len 256, with the prompt
 KILL_EVENT_SLACK = 2.0
 ROUTER_CLIENTS = 2
+# Seconds each router client waits between two requests: a steady trickle through the router all through a rollout
+# (each node's removal and return takes tens of seconds, so a request that the router sent to a node being replaced
+# would fail within them), not back-to-back load: the three vLLMs share two cores with the rollout itself.
+ROUTER_PAUSE = 1.0
 
 
 class Clients:
@@ -384,7 +388,8 @@ class Load(Clients):
     """Requests sent to every node all through a rollout: a short one per node every second (cheap: the two cores are
     shared by three vLLMs, the one starting and, in CI, the other test lane), and, from the start of a node's turn to
     its health, long ones back to back to that node (LONG_STREAMS at once), so that some are in flight when its vLLM
-    is told to stop."""
+    is told to stop. A long stream whose request failed (its vLLM refuses new ones: it was told to stop) sends no more
+    until the turn ends: its new vLLM starts and passes health without them."""
 
     def __init__(self, nodes=tuple(NODES)):
         super().__init__()
@@ -421,7 +426,8 @@ class Load(Clients):
             if not self.turn[node].wait(0.5):
                 continue
             if self.one(node, "long", max_tokens) != "ok":
-                self.stop.wait(1)
+                while self.turn[node].is_set() and not self.stop.wait(0.5):
+                    pass
 
     def on_event(self, event):
         """ansible-runner's event handler: a node's turn starts, or it passed health."""
@@ -466,7 +472,7 @@ class RouterLoad(Clients):
             except requests.RequestException as exc:
                 outcome = type(exc).__name__
             self.results.append((i, start, time.time(), outcome))
-            self.stop.wait(0.2)
+            self.stop.wait(ROUTER_PAUSE)
 
     def listed(self):
         try:

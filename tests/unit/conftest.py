@@ -15,6 +15,26 @@ from urllib.parse import urlsplit
 import docker
 import pytest
 
+# The unit tests that use this machine's Docker engine are marked ``engine``: those that take the fixtures below and
+# the modules that reach it otherwise (the SDK or the CLI on /var/run/docker.sock, each test skipped without an engine).
+# scripts/run-tests.sh runs the others (-m "not engine") beside test_faults, which restarts the engine.
+ENGINE_FIXTURES = frozenset(("docker_client", "base_image"))
+ENGINE_MODULES = frozenset(
+    (
+        "test_docker_api.py",
+        "test_docker_capability.py",
+        "test_distribute_filters.py",
+        "test_image_artifact.py",
+        "test_image_load.py",
+    )
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())) or item.path.name in ENGINE_MODULES:
+            item.add_marker(pytest.mark.engine)
+
 
 class RecordedRequest:
     """One request received by :class:`LocalHTTPServer`."""
