@@ -25,12 +25,12 @@ LOCAL_INVENTORY = REPO / "inventories" / "local"
 
 # The integration modules that use the local stack, in the order they run, after every other module (those keep their
 # alphabetical order). The first three only need the default stack up and healthy and share it (``default_stack``).
-# test_l2_zero_causes starts from the stack test_l2_full left (the default one but for LMCache's L2 directory: giving
-# LMCache another one is what it tests, so no default deploy comes between them) and test_drift from whatever that left.
-# The last three change the stack whatever it was (test_router deploys two vLLM instances behind the router, which
-# test_vllm_instances keeps without the router and ends with a teardown; test_cliff_bench leaves its last arm).
-# AIC_TEST_LEAVE_DEFAULT_STACK=1 ends the session by deploying the default stack again (scripts/run-tests.sh does not
-# need it: molecule's scenarios deploy stacks of their own).
+# test_l2_zero_causes starts from whatever stack answers (test_l2_full's, the default one but for LMCache's L2
+# directory: giving LMCache another one is what it tests) and test_drift from whatever that left. The last three change
+# the stack whatever it was (test_router deploys two vLLM instances behind the router, which test_vllm_instances keeps
+# without the router and ends with a teardown; test_cliff_bench leaves its last arm). AIC_TEST_LEAVE_DEFAULT_STACK=1
+# ends the session by deploying the default stack again (scripts/run-tests.sh does not need it: molecule's scenarios
+# deploy stacks of their own).
 STACK_MODULES = (
     "test_local_stack",
     "test_l2_tier",
