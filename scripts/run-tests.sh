@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything CI runs: the Docker engine, the real local stack, then the integration tests in parts (the rehearsal
-# cluster beside the unit tests, the light modules and the light molecule scenarios; the faults alone; then the local
-# stack's beside the other molecule scenarios), with lint at the lowest CPU priority all along.
+# cluster beside the engine's unit tests, the light modules and the light molecule scenarios; the faults beside the
+# other unit tests; then the local stack's beside the other molecule scenarios), with lint at nice 19 all along.
 # Needs: the venv (make setup) and Prometheus's promtool (scripts/host-deps.sh). The Docker engine is started here by
 # the collection's own docker_host role (playbooks/host.yml), exactly as `make deploy` starts it.
 set -euo pipefail
@@ -92,13 +92,14 @@ scripts/build-cache.sh keep "$PWD/.work"
 # stopped and starts them).
 docker stop -t 60 aic-vllm >/dev/null && docker stop aic-lmcache >/dev/null
 step "integration tests: the rehearsal cluster beside the unit tests, the light modules and molecule; then the local stack's"
-# The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they
-# run in the background beside the light lane: the unit tests that use the Docker engine (the others run beside
-# test_faults, below), the light modules, then the molecule scenarios that start no vLLM (each on its own stack name and ports, on this engine), one at a time while the rehearsal runs and two
-# once it ended. The CPUs are busy all along (each step's header says how busy), so the two lanes share them. The
-# local stack's part comes afterwards (below): its vLLMs and the rehearsal's would starve each other on two cores.
-# (Measured on the 2-core CI machine: running test_faults first and alone, and the local stack's other modules beside
-# the unit tests and molecule, took longer in all: the cores were as busy, the rehearsal's neighbours heavier.)
+# The rehearsal cluster's modules have their own engines, sshd's, Slurm and ports (scripts/rehearsal.sh), so they run in
+# the background beside the light lane: the unit tests that use the Docker engine (the others run beside test_faults,
+# below), the light modules, then the molecule scenarios that start no vLLM (each on its own stack name and ports, on
+# this engine), one at a time while the rehearsal runs and two once it ended. The CPUs are busy all along (each step's
+# header says how busy), so the two lanes share them. The local stack's part comes afterwards (below): its vLLMs and the
+# rehearsal's would starve each other on two cores. (Measured on the 2-core CI machine: running test_faults first and
+# alone, and the local stack's other modules beside the unit tests and molecule, took longer in all: the cores were as
+# busy, the rehearsal's neighbours heavier.)
 pytest -q -p no:cacheprovider --basetemp="$lanes/beds-tmp" --durations=20 tests/integration --part=beds \
   >"$lanes/beds.log" 2>&1 &
 beds_pid=$!
@@ -118,14 +119,13 @@ join "$beds_pid" "$lanes/beds.log" "integration tests on the rehearsal cluster (
 scripts/build-cache.sh keep "$PWD/.work"
 # The local stack's part: first test_faults (--part=alone: it restarts this engine, every container on it stops,
 # molecule's instances too, and bounds recoveries in seconds, which a busy neighbour breaks; beside it only the unit
-# tests that never reach the engine, at a lower priority); then the local
-# stack's other modules in the background beside the other molecule scenarios (the two that build images first, five
-# that start vLLM): one scenario at a time while those modules run, two once they ended, image_distribute last and
-# alone (its relay's timeouts are seconds). Alone, the local stack's modules keep the cores half idle (50-60 %: they
-# mostly wait for vLLM and LMCache to start and for health), which the scenarios use: in CI1 of 2026-12-05 they ran
-# 1000 s and the fourteen scenarios beside them 670 s, while the rehearsal lane was CPU-bound (the rehearsal alone
-# 1015 s at 63 % busy, beside the light lane 1334 s), so base_image and image_build (333 s there, two real builds)
-# moved here.
+# tests that never reach the engine, at a lower priority); then the local stack's other modules in the background beside
+# the other molecule scenarios (the two that build images first, five that start vLLM): one scenario at a time while
+# those modules run, two once they ended, image_distribute last and alone (its relay's timeouts are seconds). Alone, the
+# local stack's modules keep the cores half idle (50-60 %: they mostly wait for vLLM and LMCache to start and for
+# health), which the scenarios use: in CI1 of 2026-12-05 they ran 1000 s and the fourteen scenarios beside them 670 s,
+# while the rehearsal lane was CPU-bound (the rehearsal alone 1015 s at 63 % busy, beside the light lane 1334 s), so
+# base_image and image_build (333 s there, two real builds) moved here.
 step "integration tests on the real local stack: the faults (the Docker engine's restart among them), beside the unit tests that need no engine (nice 10)"
 # test_faults keeps one core idle (47 % busy alone): the unit tests that never reach the Docker engine (which it
 # restarts) take it, at a lower priority than the faults' own processes (their recoveries are bounded in seconds), and
